@@ -1,0 +1,50 @@
+# The two commands a newcomer needs: `make book` and `make test`. Both bootstrap .venv first.
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+export PYDEVD_DISABLE_FILE_VALIDATION := 1
+export MPLBACKEND := Agg
+
+.PHONY: setup export check test test-lib test-notebooks book bench clean help
+
+help:
+	@echo "make book   - set up .venv, check the export, execute every chapter, build the HTML into _build/html"
+	@echo "make test   - set up .venv, check the export, run pytest on tests/ and nbval on every chapter"
+	@echo "make export - regenerate transformer_lib/ from the chapters"
+	@echo "make bench  - run the benchmarks (ratios against PyTorch's own modules)"
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (set PYTHON=...)"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (transformer-book)" >/dev/null
+	touch $(STAMP)
+
+export: $(STAMP)
+	$(BIN)/python tools/export.py
+
+check: $(STAMP)
+	$(BIN)/python tools/export.py --check
+
+test-lib: check
+	$(BIN)/python -m pytest -q -n 2 tests/
+
+test-notebooks: check
+	$(BIN)/python -m pytest -q -n 2 --nbval-lax --nbval-current-env -p no:randomly book/
+
+test: test-lib test-notebooks
+
+book: check
+	rm -rf _build/html _build/.doctrees
+	$(BIN)/jupyter-book build . --all -W -n --keep-going
+
+bench: $(STAMP)
+	@for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+clean:
+	rm -rf _build .pytest_cache

@@ -1,0 +1,181 @@
+#!/usr/bin/env python
+"""Export the chapters' marked cells into the package ``transformer_lib``.
+
+The book is the source of the library (literate programming, nbdev's directive spelling):
+
+* the first code cell of a chapter holds ``#| default_exp NAME``: the chapter exports to
+  ``transformer_lib/NAME.py``;
+* a code cell whose first line is ``#| export`` is copied, without that line, into the module.
+
+Each generated module starts with a header that names its chapter and a digest of the body, and ends
+with an ``__all__`` of its public names (top-level functions, classes and constants that do not start
+with an underscore).
+
+Usage::
+
+    python tools/export.py            # write the modules
+    python tools/export.py --check    # exit 1, naming the module, when anything differs
+
+``--check`` fails when a module differs from what its chapter exports, when a module was edited by
+hand (its digest no longer matches its body), or when a module of ``transformer_lib/`` has no chapter.
+Hand-written files are listed in ``HAND_WRITTEN`` and left alone.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import hashlib
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HAND_WRITTEN = {"__init__.py", "__main__.py"}
+DEFAULT_EXP = re.compile(r"^\s*#\|\s*default_exp\s+([A-Za-z_][A-Za-z0-9_.]*)\s*$")
+EXPORT = re.compile(r"^\s*#\|\s*export\s*$")
+DIGEST = re.compile(r"^# digest: ([0-9a-f]{16})$", re.M)
+
+
+class ExportError(Exception):
+    """A chapter that cannot be exported (a directive in the wrong place, a clash of modules)."""
+
+
+def _source(cell: dict) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def read_chapter(path: Path) -> tuple[str | None, list[str]]:
+    """Return (module name or None, exported cell bodies) of one notebook."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    code_cells = [c for c in nb.get("cells", []) if c.get("cell_type") == "code"]
+    module = None
+    bodies: list[str] = []
+    for i, cell in enumerate(code_cells):
+        lines = _source(cell).splitlines()
+        for line in lines:
+            m = DEFAULT_EXP.match(line)
+            if m:
+                if i != 0:
+                    raise ExportError(f"{path}: '#| default_exp' must be in the first code cell")
+                module = m.group(1)
+        if lines and EXPORT.match(lines[0]):
+            bodies.append("\n".join(lines[1:]).strip("\n"))
+    if bodies and module is None:
+        raise ExportError(f"{path}: has '#| export' cells but no '#| default_exp' in its first code cell")
+    return module, bodies
+
+
+def public_names(body: str) -> list[str]:
+    """Top-level public names defined in ``body``, in order of definition."""
+    names: list[str] = []
+    for node in ast.parse(body).body:
+        targets: list[str] = []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            targets = [node.name]
+        elif isinstance(node, ast.Assign):
+            targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            targets = [node.target.id]
+        for name in targets:
+            if not name.startswith("_") and name not in names:
+                names.append(name)
+    return names
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def render_module(notebook_rel: str, bodies: list[str]) -> str:
+    """The full text of a generated module."""
+    body = "\n\n\n".join(bodies) + "\n"
+    names = public_names(body)
+    all_line = "__all__ = [" + ", ".join(repr(n) for n in names) + "]\n"
+    content = body + "\n\n" + all_line
+    header = (
+        f'"""Generated from {notebook_rel}: edit the notebook, not this file.\n\n'
+        f'Regenerate with ``python tools/export.py``."""\n'
+        f"# digest: {digest(content)}\n"
+        "# fmt: off\n\n"
+    )
+    return header + content
+
+
+def export_all(root: Path = ROOT) -> dict[Path, str]:
+    """Map each module path to its expected text, from every chapter under ``root/book``."""
+    out: dict[Path, str] = {}
+    owners: dict[str, Path] = {}
+    for nb_path in sorted((root / "book").glob("*.ipynb")):
+        module, bodies = read_chapter(nb_path)
+        if module is None:
+            continue
+        if module in owners:
+            raise ExportError(f"module '{module}' is exported by both {owners[module]} and {nb_path}")
+        owners[module] = nb_path
+        rel = nb_path.relative_to(root).as_posix()
+        target = root / "transformer_lib" / (module.replace(".", "/") + ".py")
+        out[target] = render_module(rel, bodies)
+    return out
+
+
+def check(root: Path = ROOT) -> list[str]:
+    """Problems found (empty when the package matches the chapters)."""
+    problems: list[str] = []
+    expected = export_all(root)
+    for path, text in expected.items():
+        name = path.relative_to(root).as_posix()
+        if not path.exists():
+            problems.append(f"{name}: missing; run `python tools/export.py`")
+            continue
+        actual = path.read_text(encoding="utf-8")
+        if actual != text:
+            m = DIGEST.search(actual)
+            body = actual.split("# fmt: off\n\n", 1)[-1]
+            if m and m.group(1) != digest(body):
+                problems.append(f"{name}: edited by hand (its digest no longer matches); edit the notebook instead")
+            else:
+                problems.append(f"{name}: differs from what its chapter exports; run `python tools/export.py`")
+    pkg = root / "transformer_lib"
+    for path in sorted(pkg.rglob("*.py")) if pkg.exists() else []:
+        if path.name in HAND_WRITTEN and path.parent == pkg:
+            continue
+        if path not in expected:
+            problems.append(f"{path.relative_to(root).as_posix()}: no chapter exports this module")
+    return problems
+
+
+def write(root: Path = ROOT) -> list[Path]:
+    written = []
+    for path, text in export_all(root).items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+            written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="fail when the package differs from the chapters")
+    parser.add_argument("--root", type=Path, default=ROOT, help="repository root (default: this repository)")
+    args = parser.parse_args(argv)
+    try:
+        if args.check:
+            problems = check(args.root)
+            for p in problems:
+                print(f"export check: {p}", file=sys.stderr)
+            if not problems:
+                print(f"export check: {len(export_all(args.root))} modules match their chapters")
+            return 1 if problems else 0
+        for path in write(args.root):
+            print(f"wrote {path.relative_to(args.root)}")
+        return 0
+    except (ExportError, SyntaxError) as exc:
+        print(f"export: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
