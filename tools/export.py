@@ -5,7 +5,9 @@ The book is the source of the library (literate programming, nbdev's directive s
 
 * the first code cell of a chapter holds ``#| default_exp NAME``: the chapter exports to
   ``transformer_lib/NAME.py``;
-* a code cell whose first line is ``#| export`` is copied, without that line, into the module.
+* a code cell whose first line is ``#| export`` is copied, without that line, into the module;
+  ``#| export OTHER`` (nbdev's form) sends the cell to ``transformer_lib/OTHER.py`` instead, for the
+  rare chapter that builds two modules.
 
 Each generated module starts with a header that names its chapter and a digest of the body, and ends
 with an ``__all__`` of its public names (top-level functions, classes and constants that do not start
@@ -33,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 HAND_WRITTEN = {"__init__.py", "__main__.py"}
 DEFAULT_EXP = re.compile(r"^\s*#\|\s*default_exp\s+([A-Za-z_][A-Za-z0-9_.]*)\s*$")
-EXPORT = re.compile(r"^\s*#\|\s*export\s*$")
+EXPORT = re.compile(r"^\s*#\|\s*export(?:\s+([A-Za-z_][A-Za-z0-9_.]*))?\s*$")
 DIGEST = re.compile(r"^# digest: ([0-9a-f]{16})$", re.M)
 
 
@@ -46,12 +48,12 @@ def _source(cell: dict) -> str:
     return "".join(src) if isinstance(src, list) else src
 
 
-def read_chapter(path: Path) -> tuple[str | None, list[str]]:
-    """Return (module name or None, exported cell bodies) of one notebook."""
+def read_chapter(path: Path) -> tuple[str | None, dict[str, list[str]]]:
+    """Return (default module or None, {module: exported cell bodies}) of one notebook."""
     nb = json.loads(path.read_text(encoding="utf-8"))
     code_cells = [c for c in nb.get("cells", []) if c.get("cell_type") == "code"]
     module = None
-    bodies: list[str] = []
+    cells: list[tuple[str | None, str]] = []
     for i, cell in enumerate(code_cells):
         lines = _source(cell).splitlines()
         for line in lines:
@@ -60,10 +62,15 @@ def read_chapter(path: Path) -> tuple[str | None, list[str]]:
                 if i != 0:
                     raise ExportError(f"{path}: '#| default_exp' must be in the first code cell")
                 module = m.group(1)
-        if lines and EXPORT.match(lines[0]):
-            bodies.append("\n".join(lines[1:]).strip("\n"))
-    if bodies and module is None:
-        raise ExportError(f"{path}: has '#| export' cells but no '#| default_exp' in its first code cell")
+        m = EXPORT.match(lines[0]) if lines else None
+        if m:
+            cells.append((m.group(1), "\n".join(lines[1:]).strip("\n")))
+    bodies: dict[str, list[str]] = {}
+    for target, body in cells:
+        target = target or module
+        if target is None:
+            raise ExportError(f"{path}: has '#| export' cells but no '#| default_exp' in its first code cell")
+        bodies.setdefault(target, []).append(body)
     return module, bodies
 
 
@@ -108,15 +115,14 @@ def export_all(root: Path = ROOT) -> dict[Path, str]:
     out: dict[Path, str] = {}
     owners: dict[str, Path] = {}
     for nb_path in sorted((root / "book").glob("*.ipynb")):
-        module, bodies = read_chapter(nb_path)
-        if module is None:
-            continue
-        if module in owners:
-            raise ExportError(f"module '{module}' is exported by both {owners[module]} and {nb_path}")
-        owners[module] = nb_path
+        _, modules = read_chapter(nb_path)
         rel = nb_path.relative_to(root).as_posix()
-        target = root / "transformer_lib" / (module.replace(".", "/") + ".py")
-        out[target] = render_module(rel, bodies)
+        for module, bodies in modules.items():
+            if module in owners:
+                raise ExportError(f"module '{module}' is exported by both {owners[module]} and {nb_path}")
+            owners[module] = nb_path
+            target = root / "transformer_lib" / (module.replace(".", "/") + ".py")
+            out[target] = render_module(rel, bodies)
     return out
 
 
