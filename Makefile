@@ -35,7 +35,7 @@ test-lib: check
 	$(BIN)/python -m pytest -q -n 2 tests/
 
 test-notebooks: check
-	$(BIN)/python -m pytest -q -n 2 --nbval-lax --nbval-current-env -p no:randomly book/
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --nbval-lax --nbval-current-env book/
 
 test: test-lib test-notebooks
 
