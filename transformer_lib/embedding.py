@@ -1,7 +1,7 @@
 """Generated from book/01_embedding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 15edbcdb24fa4a6b
+# digest: 31a3ebbe93669f09
 # fmt: off
 
 from __future__ import annotations
@@ -33,26 +33,43 @@ def check_token_ids(ids: torch.Tensor, vocab_size: int, name: str = "ids") -> No
 class TokenEmbedding(nn.Module):
     """Token ids (B, L) -> vectors (B, L, d_model), multiplied by sqrt(d_model) as in the paper.
 
-    ``padding_idx`` names the id whose row stays zero and receives no gradient.
+    The table starts from N(0, 1/d_model), so that the scaled output has unit variance and the same
+    matrix can serve as a tied output projection. ``padding_idx`` names the id whose row stays zero
+    and receives no gradient.
     """
 
     def __init__(self, vocab_size: int, d_model: int, padding_idx: int | None = None):
         super().__init__()
-        if vocab_size < 1:
-            raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
-        if d_model < 1:
-            raise ValueError(f"d_model must be >= 1, got {d_model}")
+        if not isinstance(vocab_size, int) or vocab_size < 1:
+            raise ValueError(f"vocab_size must be a positive int, got {vocab_size!r}")
+        if not isinstance(d_model, int) or d_model < 1:
+            raise ValueError(f"d_model must be a positive int, got {d_model!r}")
+        if padding_idx is not None and not -vocab_size <= padding_idx < vocab_size:
+            raise ValueError(f"padding_idx must be a token id in [0, {vocab_size}), got {padding_idx}")
         self.vocab_size, self.d_model = vocab_size, d_model
         self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
         self.scale = math.sqrt(d_model)
+        self.reset_parameters()
 
     @property
     def weight(self) -> nn.Parameter:
+        """The (vocab_size, d_model) table; tie an output layer to it with ``out.weight = emb.weight``."""
         return self.embedding.weight
 
+    @property
+    def padding_idx(self) -> int | None:
+        return self.embedding.padding_idx
+
+    def reset_parameters(self) -> None:
+        """Draw the table from N(0, 1/d_model) and zero the padding row."""
+        nn.init.normal_(self.embedding.weight, mean=0.0, std=self.d_model ** -0.5)
+        if self.embedding.padding_idx is not None:
+            with torch.no_grad():
+                self.embedding.weight[self.embedding.padding_idx].zero_()
+
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        check_token_ids(ids, self.vocab_size)
-        return self.embedding(ids) * self.scale  # (B, L, d_model)
+        check_token_ids(ids, self.vocab_size)              # ids (B, L), integers in [0, vocab_size)
+        return self.embedding(ids) * self.scale            # (B, L, d_model)
 
 
 __all__ = ['default_device', 'check_token_ids', 'TokenEmbedding']
