@@ -1,7 +1,7 @@
 """Generated from book/03_attention.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: bdb51321c827be30
+# digest: 683d6651d635afe4
 # fmt: off
 
 from __future__ import annotations
@@ -14,11 +14,16 @@ from torch import nn
 
 
 def check_mask(mask: torch.Tensor | None, scores_shape: tuple[int, ...], name: str = "mask") -> None:
-    """Raise a ValueError unless ``mask`` is boolean and broadcasts to ``scores_shape`` (…, Lq, Lk)."""
+    """Raise a ValueError unless ``mask`` is None or a boolean tensor that broadcasts to ``scores_shape``.
+
+    ``scores_shape`` is the shape of the attention scores, (…, Lq, Lk), e.g. (B, h, Lq, Lk). True in the
+    mask means "this query may attend to this key" (the convention of PyTorch's
+    ``scaled_dot_product_attention``).
+    """
     if mask is None:
         return
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        got = f"dtype {mask.dtype}" if isinstance(mask, torch.Tensor) else type(mask).__name__
         raise ValueError(f"{name} must be a boolean tensor (True = may attend), got {got}")
     try:
         shape = torch.broadcast_shapes(mask.shape, scores_shape)
@@ -35,100 +40,134 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
               dropout_p: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Scaled dot-product attention, written out: softmax(q kᵀ / √d_k) v.
 
-    q (…, Lq, d_k), k (…, Lk, d_k), v (…, Lk, d_v); ``mask`` is boolean, True = may attend, and broadcasts
-    to (…, Lq, Lk). Returns (output (…, Lq, d_v), weights (…, Lq, Lk)). A query row whose keys are all
-    masked gets zero weights and a zero output (as PyTorch's scaled_dot_product_attention), never NaN.
+    q (…, Lq, d_k), k (…, Lk, d_k), v (…, Lk, d_v); ``mask`` is boolean, True = may attend, and
+    broadcasts to (…, Lq, Lk). Returns (output (…, Lq, d_v), weights (…, Lq, Lk)).
+
+    A query row whose keys are all masked gets zero weights and a zero output (as PyTorch's
+    ``scaled_dot_product_attention``), never NaN. ``dropout_p`` drops weights (training only: pass 0.0
+    at evaluation). Half-precision inputs have their softmax computed in float32.
     """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() < 2:
+            raise ValueError(f"{name} must be a tensor of shape (…, L, d), got {getattr(t, 'shape', type(t))}")
     if q.size(-1) != k.size(-1):
         raise ValueError(f"q and k must have the same width d_k, got {q.size(-1)} and {k.size(-1)}")
     if k.size(-2) != v.size(-2):
         raise ValueError(f"k and v must have the same length Lk, got {k.size(-2)} and {v.size(-2)}")
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))          # (…, Lq, Lk)
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))   # (…, Lq, Lk)
     if mask is not None:
         check_mask(mask, tuple(scores.shape))
-        any_key = mask.any(dim=-1, keepdim=True)                        # (…, Lq, 1)
+        any_key = mask.any(dim=-1, keepdim=True)                          # (…, Lq, 1): row has a key
+        # -inf where masked; a row with no key at all gets 0s so softmax stays finite (zeroed below)
         scores = scores.masked_fill(~mask, float("-inf")).masked_fill(~any_key, 0.0)
-    weights = torch.softmax(scores, dim=-1)
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)   # (…, Lq, Lk)
     if mask is not None:
         weights = weights.masked_fill(~any_key, 0.0)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
-    return weights @ v, weights                                          # (…, Lq, d_v), (…, Lq, Lk)
+    return weights.to(v.dtype) @ v, weights                              # (…, Lq, d_v), (…, Lq, Lk)
 
 
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with the weight layout of ``torch.nn.MultiheadAttention``.
 
-    ``in_proj`` stacks W_q, W_k, W_v as rows (3·d_model, d_model), like ``in_proj_weight``: one fused
-    matmul for self-attention, row slices of the same matrix for cross-attention.
+    ``in_proj`` (an ``nn.Linear(d_model, 3·d_model)``) stacks W_q, W_k, W_v as rows, like
+    ``nn.MultiheadAttention.in_proj_weight``: one fused matmul for self-attention, row slices of the same
+    matrix for cross-attention. ``out_proj`` is W_o.
 
-    forward(query (B, Lq, d), key (B, Lk, d), value (B, Lk, d), mask=None) -> (B, Lq, d). With
-    ``need_weights=True`` it returns (output, weights (B, h, Lq, Lk)); with ``record_weights = True`` set
-    on the module it keeps the last per-head weights in ``last_weights`` (for plots of a whole model).
-    Both use the explicit path; otherwise it calls ``F.scaled_dot_product_attention`` (fused kernels).
+    ``forward(query (B, Lq, d), key (B, Lk, d), value (B, Lk, d), mask=None)`` returns (B, Lq, d).
+    ``mask`` is boolean, True = may attend, broadcasting to (B, n_heads, Lq, Lk) (see ``transformer_lib.masks``).
 
-    ``cache`` (a dict, used by incremental decoding, chapter 11): for self-attention (``key is query``)
-    the new keys/values are appended to ``cache["k"], cache["v"]``; for cross-attention they are
-    computed once and reused.
+    Per-head attention weights (B, n_heads, Lq, Lk), for plots:
+
+    * ``out, weights = mha(q, k, v, mask, need_weights=True)``, or
+    * set ``mha.record_weights = True``; every forward then stores them, detached, in ``mha.last_weights``
+      (this reaches the layers inside a whole model).
+
+    Both use the explicit ``attention`` path; otherwise ``F.scaled_dot_product_attention`` runs (fused
+    kernels on a GPU).
+
+    ``cache`` (a dict, for incremental decoding, chapter 11): in self-attention (``query is key is value``)
+    the new keys/values (B, h, t, d_k) are appended to ``cache["k"]``, ``cache["v"]``; in cross-attention
+    they are computed on the first call, stored, and reused on later calls.
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True):
         super().__init__()
-        if n_heads < 1 or d_model % n_heads != 0:
+        if not isinstance(n_heads, int) or n_heads < 1 or not isinstance(d_model, int) or d_model < 1:
+            raise ValueError(f"d_model and n_heads must be positive ints, got d_model={d_model!r}, n_heads={n_heads!r}")
+        if d_model % n_heads != 0:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
         self.dropout = dropout
-        self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)        # rows: W_q, W_k, W_v
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)           # W_o
         self.record_weights = False
         self.last_weights: torch.Tensor | None = None
+        self._reset_parameters()
+
+    def _reset_parameters(self) -> None:
+        nn.init.xavier_uniform_(self.in_proj.weight)                     # as nn.MultiheadAttention
+        if self.in_proj.bias is not None:
+            nn.init.zeros_(self.in_proj.bias)
+            nn.init.zeros_(self.out_proj.bias)
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:
-        B, L, _ = x.shape
+        B, L, _ = x.shape                                                 # (B, L, d_model)
         return x.view(B, L, self.n_heads, self.d_k).transpose(1, 2)      # (B, h, L, d_k)
 
-    def _linear(self, x: torch.Tensor, part: slice) -> torch.Tensor:
-        b = None if self.in_proj.bias is None else self.in_proj.bias[part]
-        return F.linear(x, self.in_proj.weight[part], b)
+    def _merge(self, x: torch.Tensor) -> torch.Tensor:
+        B, _, L, _ = x.shape                                              # (B, h, L, d_k)
+        return x.transpose(1, 2).reshape(B, L, self.d_model)             # (B, L, d_model)
 
-    def forward(self, query, key, value, mask=None, need_weights: bool = False, cache: dict | None = None):
+    def _project(self, x: torch.Tensor, part: slice) -> torch.Tensor:
+        b = None if self.in_proj.bias is None else self.in_proj.bias[part]
+        return F.linear(x, self.in_proj.weight[part], b)                 # rows `part` of in_proj
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                mask: torch.Tensor | None = None, need_weights: bool = False, cache: dict | None = None):
         for name, t in (("query", query), ("key", key), ("value", value)):
-            if t.dim() != 3 or t.size(-1) != self.d_model:
-                raise ValueError(f"{name} must have shape (B, L, {self.d_model}), got {tuple(t.shape)}")
+            if not isinstance(t, torch.Tensor) or t.dim() != 3 or t.size(-1) != self.d_model:
+                raise ValueError(f"{name} must have shape (B, L, {self.d_model}), got {tuple(getattr(t, 'shape', ()))}")
+        if key.shape[:2] != value.shape[:2] or key.size(0) != query.size(0):
+            raise ValueError(f"query {tuple(query.shape)}, key {tuple(key.shape)} and value {tuple(value.shape)} "
+                             "must share the batch size, and key and value the length")
         d = self.d_model
-        self_attn = query is key and key is value
-        if self_attn:
-            q, k, v = self.in_proj(query).chunk(3, dim=-1)               # one fused matmul: (B, L, d) ×3
-            k, v = self._split(k), self._split(v)
+        if query is key and key is value:                                 # self-attention
+            q, k, v = self.in_proj(query).chunk(3, dim=-1)               # one fused matmul: (B, L, d) x3
+            k, v = self._split(k), self._split(v)                        # (B, h, L, d_k)
             if cache is not None:
-                if "k" in cache:
-                    k = torch.cat([cache["k"], k], dim=2)
+                if "k" in cache:                                         # earlier positions' keys/values
+                    k = torch.cat([cache["k"], k], dim=2)                # (B, h, t + L, d_k)
                     v = torch.cat([cache["v"], v], dim=2)
                 cache["k"], cache["v"] = k, v
-        else:
-            q = self._linear(query, slice(0, d))
+        else:                                                             # cross-attention
+            q = self._project(query, slice(0, d))                        # (B, Lq, d)
             if cache is not None and "k" in cache:
-                k, v = cache["k"], cache["v"]
+                k, v = cache["k"], cache["v"]                            # encoder side computed before
             else:
                 if key is value:
-                    k, v = self._linear(key, slice(d, 3 * d)).chunk(2, dim=-1)
+                    k, v = self._project(key, slice(d, 3 * d)).chunk(2, dim=-1)    # (B, Lk, d) x2
                 else:
-                    k, v = self._linear(key, slice(d, 2 * d)), self._linear(value, slice(2 * d, 3 * d))
-                k, v = self._split(k), self._split(v)
+                    k, v = self._project(key, slice(d, 2 * d)), self._project(value, slice(2 * d, 3 * d))
+                k, v = self._split(k), self._split(v)                    # (B, h, Lk, d_k)
                 if cache is not None:
                     cache["k"], cache["v"] = k, v
-        q = self._split(q)                                                 # (B, h, Lq, d_k)
+        q = self._split(q)                                                # (B, h, Lq, d_k)
         p = self.dropout if self.training else 0.0
         if need_weights or self.record_weights:
-            out, weights = attention(q, k, v, mask, dropout_p=p)           # (B, h, Lq, d_k), (B, h, Lq, Lk)
+            out, weights = attention(q, k, v, mask, dropout_p=p)         # (B, h, Lq, d_k), (B, h, Lq, Lk)
             if self.record_weights:
                 self.last_weights = weights.detach()
         else:
             check_mask(mask, (q.size(0), self.n_heads, q.size(2), k.size(2)))
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)   # (B, h, Lq, d_k)
             weights = None
-        B, _, Lq, _ = out.shape
-        out = self.out_proj(out.transpose(1, 2).reshape(B, Lq, d))         # (B, Lq, d_model)
+        out = self.out_proj(self._merge(out))                             # (B, Lq, d_model)
         return (out, weights) if need_weights else out
 
 
