@@ -1,7 +1,7 @@
 """Generated from book/01_embedding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 31a3ebbe93669f09
+# digest: f32c4714c11ef2d2
 # fmt: off
 
 from __future__ import annotations
@@ -69,6 +69,8 @@ class TokenEmbedding(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         check_token_ids(ids, self.vocab_size)              # ids (B, L), integers in [0, vocab_size)
+        if ids.dtype not in (torch.int32, torch.int64):    # uint8, int16: the lookup takes int32/int64
+            ids = ids.long()
         return self.embedding(ids) * self.scale            # (B, L, d_model)
 
 
