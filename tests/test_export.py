@@ -1,0 +1,198 @@
+"""Tests of the exporter, tools/export.py: chapters in a temporary repository -> modules, and --check."""
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _load_exporter():
+    spec = importlib.util.spec_from_file_location("_export_under_test", REPO / "tools" / "export.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+export = _load_exporter()
+
+BODY_1 = '''from __future__ import annotations
+
+import math
+
+
+def double(x: float) -> float:
+    """Twice x."""
+    return 2 * x'''
+
+BODY_2 = '''SCALE = math.sqrt(2)
+_PRIVATE = 3
+
+
+class Thing:
+    def method(self):
+        inner = 1
+        return inner
+
+
+def _helper():
+    return SCALE'''
+
+
+def _cell(kind: str, source: str, tags: list[str] | None = None) -> dict:
+    cell = {"cell_type": kind, "metadata": {"tags": tags} if tags else {}, "source": source.splitlines(True)}
+    if kind == "code":
+        cell.update(execution_count=None, outputs=[])
+    return cell
+
+
+def _notebook(cells: list[dict]) -> dict:
+    return {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
+def _write_notebook(root: Path, name: str, cells: list[dict]) -> Path:
+    path = root / "book" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_notebook(cells), indent=1), encoding="utf-8")
+    return path
+
+
+def _chapter(body_1: str = BODY_1) -> list[dict]:
+    return [
+        _cell("markdown", "# A chapter\n\nSome prose."),
+        _cell("code", "#| default_exp toy", tags=["remove-cell"]),
+        _cell("code", "#| export\n" + body_1),
+        _cell("code", "print(double(2))  # a demonstration cell: not exported"),
+        _cell("markdown", "More prose."),
+        _cell("code", "#| export\n" + BODY_2),
+    ]
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A repository with one chapter, exported, and the hand-written __init__.py."""
+    _write_notebook(tmp_path, "01_toy.ipynb", _chapter())
+    pkg = tmp_path / "transformer_lib"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from transformer_lib.toy import *\n", encoding="utf-8")
+    export.write(tmp_path)
+    return tmp_path
+
+
+def test_notebook_becomes_the_expected_module(repo: Path):
+    text = (repo / "transformer_lib" / "toy.py").read_text(encoding="utf-8")
+    header, _, rest = text.partition("# fmt: off\n\n")
+    # header: names the chapter and says to edit the notebook
+    assert header.startswith('"""Generated from book/01_toy.ipynb: edit the notebook, not this file.')
+    assert "# digest: " in header
+    # body: the two exported cells, in order, without the directive lines, and nothing else
+    assert rest == BODY_1 + "\n\n\n" + BODY_2 + "\n\n\n" + "__all__ = ['double', 'SCALE', 'Thing']\n"
+    assert "#| export" not in text and "default_exp" not in text and "print(double(2))" not in text
+    # the module is valid Python whose __all__ lists exactly the public top-level names
+    tree = ast.parse(text)
+    assert ast.get_docstring(tree).startswith("Generated from book/01_toy.ipynb")
+    namespace: dict = {}
+    exec(compile(text, "toy.py", "exec"), namespace)
+    assert namespace["__all__"] == ["double", "SCALE", "Thing"]
+    assert namespace["double"](3) == 6
+
+
+def test_fresh_export_passes_the_check_and_writing_again_changes_nothing(repo: Path):
+    assert export.check(repo) == []
+    assert export.write(repo) == []
+
+
+def test_main_check_exit_codes(repo: Path, capsys):
+    assert export.main(["--check", "--root", str(repo)]) == 0
+    assert "1 modules match their chapters" in capsys.readouterr().out
+    (repo / "transformer_lib" / "toy.py").write_text("x = 1\n", encoding="utf-8")
+    assert export.main(["--check", "--root", str(repo)]) == 1
+    assert "transformer_lib/toy.py" in capsys.readouterr().err
+
+
+def test_drift_after_the_notebook_changes_is_reported_by_name(repo: Path):
+    _write_notebook(repo, "01_toy.ipynb", _chapter(BODY_1.replace("2 * x", "x + x")))
+    problems = export.check(repo)
+    assert len(problems) == 1
+    assert problems[0].startswith("transformer_lib/toy.py: differs from what its chapter exports")
+    export.write(repo)
+    assert export.check(repo) == []
+
+
+def test_hand_edited_module_is_reported_by_name(repo: Path):
+    path = repo / "transformer_lib" / "toy.py"
+    path.write_text(path.read_text(encoding="utf-8").replace("2 * x", "3 * x"), encoding="utf-8")
+    problems = export.check(repo)
+    assert len(problems) == 1
+    assert problems[0].startswith("transformer_lib/toy.py: edited by hand")
+
+
+def test_whitespace_only_edit_is_still_caught(repo: Path):
+    path = repo / "transformer_lib" / "toy.py"
+    path.write_text(path.read_text(encoding="utf-8") + "\n", encoding="utf-8")
+    assert [p.split(":")[0] for p in export.check(repo)] == ["transformer_lib/toy.py"]
+
+
+def test_orphan_module_is_reported_by_name(repo: Path):
+    (repo / "transformer_lib" / "stray.py").write_text("x = 1\n", encoding="utf-8")
+    problems = export.check(repo)
+    assert problems == ["transformer_lib/stray.py: no chapter exports this module"]
+
+
+def test_module_of_a_deleted_chapter_is_an_orphan(repo: Path):
+    (repo / "book" / "01_toy.ipynb").unlink()
+    problems = export.check(repo)
+    assert problems == ["transformer_lib/toy.py: no chapter exports this module"]
+
+
+def test_missing_module_is_reported(repo: Path):
+    (repo / "transformer_lib" / "toy.py").unlink()
+    problems = export.check(repo)
+    assert len(problems) == 1 and problems[0].startswith("transformer_lib/toy.py: missing")
+
+
+def test_hand_written_init_is_left_alone(repo: Path):
+    init = repo / "transformer_lib" / "__init__.py"
+    init.write_text("# anything the author likes\n", encoding="utf-8")
+    assert export.check(repo) == []
+    export.write(repo)
+    assert init.read_text(encoding="utf-8") == "# anything the author likes\n"
+
+
+def test_export_other_sends_a_cell_to_a_second_module(tmp_path: Path):
+    cells = _chapter() + [_cell("code", "#| export extra\nVALUE = 1")]
+    _write_notebook(tmp_path, "12_two.ipynb", cells)
+    modules = {p.name: text for p, text in export.export_all(tmp_path).items()}
+    assert set(modules) == {"toy.py", "extra.py"}
+    assert "VALUE = 1" in modules["extra.py"] and "VALUE" not in modules["toy.py"]
+    assert "__all__ = ['VALUE']" in modules["extra.py"]
+    assert "Generated from book/12_two.ipynb" in modules["extra.py"]
+
+
+def test_chapter_without_exports_produces_no_module(tmp_path: Path):
+    _write_notebook(tmp_path, "00_overview.ipynb", [_cell("markdown", "# Overview"), _cell("code", "x = 1")])
+    assert export.export_all(tmp_path) == {}
+
+
+def test_default_exp_outside_the_first_code_cell_is_an_error(tmp_path: Path):
+    _write_notebook(tmp_path, "01_bad.ipynb", [_cell("code", "x = 1"), _cell("code", "#| default_exp bad")])
+    with pytest.raises(export.ExportError, match="first code cell"):
+        export.export_all(tmp_path)
+
+
+def test_export_without_default_exp_is_an_error(tmp_path: Path):
+    _write_notebook(tmp_path, "01_bad.ipynb", [_cell("code", "#| export\nx = 1")])
+    with pytest.raises(export.ExportError, match="no '#| default_exp'"):
+        export.export_all(tmp_path)
+
+
+def test_two_chapters_exporting_one_module_is_an_error(tmp_path: Path):
+    _write_notebook(tmp_path, "01_a.ipynb", _chapter())
+    _write_notebook(tmp_path, "02_b.ipynb", _chapter())
+    with pytest.raises(export.ExportError, match="module 'toy' is exported by both"):
+        export.export_all(tmp_path)
+
