@@ -1,0 +1,306 @@
+"""Tests of transformer_lib.attention: reference tests against PyTorch (F.scaled_dot_product_attention,
+nn.MultiheadAttention with copied weights), properties, the KV-cache protocol and bad input."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from transformer_lib.attention import MultiHeadAttention, attention, check_mask
+
+SETTINGS = settings(max_examples=30, deadline=None)
+
+
+def _random_mask(gen, shape, p_keep=0.7, full_rows=True):
+    mask = torch.rand(shape, generator=gen) < p_keep
+    if not full_rows:
+        mask[..., 0] = True
+    return mask
+
+
+def _attention_float64(q, k, v, mask=None):
+    """The formula computed another way: explicit exp / sum in float64, masked terms dropped."""
+    q, k, v = q.double(), k.double(), v.double()
+    s = torch.einsum("...id,...jd->...ij", q, k) / math.sqrt(q.size(-1))
+    e = torch.exp(s - s.amax(-1, keepdim=True))
+    if mask is not None:
+        e = e * mask
+    denom = e.sum(-1, keepdim=True)
+    w = torch.where(denom > 0, e / denom.clamp_min(1e-300), torch.zeros_like(e))
+    return torch.einsum("...ij,...jd->...id", w, v), w
+
+
+def _copy_to_torch(ours: MultiHeadAttention) -> nn.MultiheadAttention:
+    bias = ours.in_proj.bias is not None
+    ref = nn.MultiheadAttention(ours.d_model, ours.n_heads, bias=bias, batch_first=True)
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(ours.in_proj.weight)
+        ref.out_proj.weight.copy_(ours.out_proj.weight)
+        if bias:
+            ref.in_proj_bias.copy_(ours.in_proj.bias)
+            ref.out_proj.bias.copy_(ours.out_proj.bias)
+    return ref
+
+
+# --- attention() -------------------------------------------------------------------------------------
+
+@SETTINGS
+@given(B=st.integers(1, 3), h=st.integers(1, 3), Lq=st.integers(1, 6), Lk=st.integers(1, 6),
+       d_k=st.integers(1, 8), d_v=st.integers(1, 8), masked=st.booleans(), seed=st.integers(0, 2**16))
+def test_attention_matches_formula_and_sdpa(B, h, Lq, Lk, d_k, d_v, masked, seed):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(B, h, Lq, d_k, generator=g), torch.randn(B, h, Lk, d_k, generator=g),
+               torch.randn(B, h, Lk, d_v, generator=g))
+    mask = _random_mask(g, (B, 1, Lq, Lk)) if masked else None      # may contain fully masked rows
+    out, w = attention(q, k, v, mask)
+    ref_out, ref_w = _attention_float64(q, k, v, mask)
+    torch.testing.assert_close(out.double(), ref_out, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(w.double(), ref_w, atol=1e-6, rtol=1e-5)
+    sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(out, sdpa, atol=1e-5, rtol=1e-5)
+    has_key = torch.ones(B, h, Lq, dtype=torch.bool) if mask is None else mask.any(-1).expand(B, h, Lq)
+    torch.testing.assert_close(w.sum(-1), has_key.float())          # rows sum to 1, or 0 with no key
+    assert torch.isfinite(out).all()
+
+
+def test_attention_unbatched_and_leading_dims():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = torch.randn(4, 3, generator=g), torch.randn(5, 3, generator=g), torch.randn(5, 2, generator=g)
+    out, w = attention(q, k, v)
+    assert out.shape == (4, 2) and w.shape == (4, 5)
+    out5, _ = attention(q.expand(2, 3, 4, 3), k.expand(2, 3, 5, 3), v.expand(2, 3, 5, 2))
+    torch.testing.assert_close(out5[1, 2], out)
+
+
+def test_fully_masked_row_gives_zeros_and_finite_gradients():
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(2, 3, 4, generator=g, requires_grad=True)
+    k = torch.randn(2, 5, 4, generator=g, requires_grad=True)
+    v = torch.randn(2, 5, 4, generator=g, requires_grad=True)
+    mask = torch.ones(2, 3, 5, dtype=torch.bool)
+    mask[0, 1] = False
+    out, w = attention(q, k, v, mask)
+    assert torch.equal(out[0, 1], torch.zeros(4)) and torch.equal(w[0, 1], torch.zeros(5))
+    out.sum().backward()
+    for t in (q, k, v):
+        assert torch.isfinite(t.grad).all()
+    assert torch.equal(q.grad[0, 1], torch.zeros(4))
+
+
+def test_attention_dropout():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 8, 4), torch.randn(2, 8, 4), torch.randn(2, 8, 4)
+    out0, w0 = attention(q, k, v)
+    out1, w1 = attention(q, k, v, dropout_p=0.5)
+    dropped = w1 == 0
+    assert dropped.any() and not dropped.all()
+    torch.testing.assert_close(w1[~dropped], 2 * w0[~dropped])      # inverted dropout scaling
+    with pytest.raises(ValueError, match="dropout_p"):
+        attention(q, k, v, dropout_p=1.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_attention_half_precision(dtype):
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 5, 8, generator=g) for _ in range(3))
+    mask = _random_mask(g, (2, 1, 5, 5))
+    mask[0, 0, 2] = False                                           # one fully masked row
+    ref, _ = attention(q, k, v, mask)
+    out, w = attention(q.to(dtype), k.to(dtype), v.to(dtype), mask)
+    assert out.dtype == dtype and w.dtype == dtype and torch.isfinite(out).all()
+    torch.testing.assert_close(out.float(), ref, atol=3e-2, rtol=3e-2)
+    with torch.autocast("cpu", dtype=dtype):
+        out_ac, _ = attention(q, k, v, mask)
+    assert torch.isfinite(out_ac).all()
+    torch.testing.assert_close(out_ac.float(), ref, atol=3e-2, rtol=3e-2)
+
+
+@SETTINGS
+@given(L=st.integers(2, 7), d=st.integers(1, 6), seed=st.integers(0, 2**16))
+def test_self_attention_is_permutation_equivariant(L, d, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(L, d, generator=g)
+    W = [torch.randn(d, d, generator=g) for _ in range(3)]
+    f = lambda x: attention(x @ W[0], x @ W[1], x @ W[2])[0]
+    perm = torch.randperm(L, generator=g)
+    torch.testing.assert_close(f(x[perm]), f(x)[perm], atol=1e-5, rtol=1e-5)
+
+
+# --- MultiHeadAttention against nn.MultiheadAttention ---------------------------------------------------
+
+@SETTINGS
+@given(B=st.integers(1, 3), Lq=st.integers(1, 6), Lk=st.integers(1, 6), h=st.sampled_from([1, 2, 4]),
+       d_k=st.integers(1, 4), kind=st.sampled_from(["self", "cross_kv_same", "cross_kv_separate"]),
+       masked=st.booleans(), bias=st.booleans(), seed=st.integers(0, 2**16))
+def test_mha_matches_torch(B, Lq, Lk, h, d_k, kind, masked, bias, seed):
+    torch.manual_seed(seed)
+    d_model = h * d_k
+    ours = MultiHeadAttention(d_model, h, bias=bias).eval()
+    if bias:                                           # non-zero biases, so that their layout is tested
+        with torch.no_grad():
+            ours.in_proj.bias.uniform_(-0.5, 0.5)
+            ours.out_proj.bias.uniform_(-0.5, 0.5)
+    ref = _copy_to_torch(ours).eval()
+    x = torch.randn(B, Lq, d_model)
+    if kind == "self":
+        q = k = v = x
+        Lk = Lq
+    elif kind == "cross_kv_same":
+        q, k = x, torch.randn(B, Lk, d_model)
+        v = k
+    else:
+        q, k, v = x, torch.randn(B, Lk, d_model), torch.randn(B, Lk, d_model)
+    keep = torch.rand(B, Lk) < 0.7
+    keep[:, 0] = True                                  # PyTorch gives NaN for fully masked rows
+    mask = keep[:, None, None, :] if masked else None
+    kpm = ~keep if masked else None
+    ref_out, ref_w = ref(q, k, v, key_padding_mask=kpm, need_weights=True, average_attn_weights=False)
+    out_fast = ours(q, k, v, mask)
+    out_slow, w = ours(q, k, v, mask, need_weights=True)
+    torch.testing.assert_close(out_fast, ref_out, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(out_slow, ref_out, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(w, ref_w, atol=1e-6, rtol=1e-5)                  # (B, h, Lq, Lk)
+    _, ref_avg = ref(q, k, v, key_padding_mask=kpm)                             # head-averaged default
+    torch.testing.assert_close(w.mean(1), ref_avg, atol=1e-6, rtol=1e-5)
+
+
+def test_mha_gradients_match_torch_with_causal_mask():
+    torch.manual_seed(0)
+    ours = MultiHeadAttention(16, 4)
+    ref = _copy_to_torch(ours)
+    x1 = torch.randn(3, 7, 16, requires_grad=True)
+    x2 = x1.detach().clone().requires_grad_(True)
+    allowed = torch.ones(7, 7, dtype=torch.bool).tril()
+    ours(x1, x1, x1, allowed[None, None]).square().sum().backward()
+    ref(x2, x2, x2, attn_mask=~allowed, need_weights=False)[0].square().sum().backward()
+    torch.testing.assert_close(x1.grad, x2.grad, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(ours.in_proj.weight.grad, ref.in_proj_weight.grad, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(ours.out_proj.weight.grad, ref.out_proj.weight.grad, atol=1e-5, rtol=1e-4)
+
+
+def test_mha_initialisation_like_torch():
+    torch.manual_seed(0)
+    d = 64
+    mha = MultiHeadAttention(d, 8)
+    bound = math.sqrt(6 / (d + 3 * d))                 # xavier_uniform on (3d, d)
+    w = mha.in_proj.weight
+    assert w.abs().max() <= bound and w.abs().max() > 0.9 * bound
+    assert abs(w.var().item() - bound**2 / 3) < 0.1 * bound**2 / 3
+    assert torch.equal(mha.in_proj.bias, torch.zeros(3 * d)) and torch.equal(mha.out_proj.bias, torch.zeros(d))
+    assert MultiHeadAttention(d, 8, bias=False).in_proj.bias is None
+
+
+def test_mha_fully_masked_rows_and_autocast():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 2).eval()
+    x = torch.randn(2, 4, 16, requires_grad=True)
+    mask = torch.ones(2, 1, 4, 4, dtype=torch.bool)
+    mask[1] = False                                    # a sentence with no visible key at all
+    fast = mha(x, x, x, mask)
+    slow, _ = mha(x, x, x, mask, need_weights=True)
+    torch.testing.assert_close(fast, slow, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(fast[1], mha.out_proj.bias.expand(4, 16))   # zero attention output
+    fast.sum().backward()
+    assert torch.isfinite(x.grad).all()
+    for dtype in (torch.bfloat16, torch.float16):
+        with torch.autocast("cpu", dtype=dtype):
+            for need in (False, True):
+                out = mha(x, x, x, mask, need_weights=need)
+                out = out[0] if need else out
+                assert torch.isfinite(out).all()
+                torch.testing.assert_close(out.float(), fast, atol=5e-2, rtol=5e-2)
+
+
+def test_mha_dropout_only_in_training():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4, dropout=0.5)
+    x = torch.randn(2, 6, 16)
+    mha.eval()
+    torch.testing.assert_close(mha(x, x, x), mha(x, x, x))
+    mha.train()
+    assert not torch.allclose(mha(x, x, x), mha(x, x, x))
+
+
+def test_record_weights():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(12, 3).eval()
+    x, mem = torch.randn(2, 4, 12, requires_grad=True), torch.randn(2, 7, 12)
+    assert mha.last_weights is None
+    mha.record_weights = True
+    out = mha(x, mem, mem)
+    _, w = mha(x, mem, mem, need_weights=True)
+    assert mha.last_weights.shape == (2, 3, 4, 7) and not mha.last_weights.requires_grad
+    torch.testing.assert_close(mha.last_weights, w.detach())
+    assert out.shape == (2, 4, 12)
+
+
+def test_self_attention_cache_equals_full_pass():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4).eval()
+    x = torch.randn(2, 6, 16)
+    full = mha(x, x, x, torch.ones(6, 6, dtype=torch.bool).tril()[None, None])
+    cache: dict = {}
+    steps = []
+    for t in range(6):
+        xt = x[:, t:t + 1]
+        steps.append(mha(xt, xt, xt, cache=cache))     # the new query sees every cached key
+    assert cache["k"].shape == (2, 4, 6, 4) and cache["v"].shape == (2, 4, 6, 4)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_cross_attention_cache_is_reused():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4).eval()
+    x, mem = torch.randn(2, 3, 16), torch.randn(2, 5, 16)
+    cache: dict = {}
+    first = mha(x, mem, mem, cache=cache)
+    k_cached = cache["k"]
+    torch.testing.assert_close(first, mha(x, mem, mem))
+    # later calls reuse the cached keys/values: the memory argument is not projected again
+    second = mha(x, torch.zeros_like(mem), torch.zeros_like(mem), cache=cache)
+    torch.testing.assert_close(second, first)
+    assert cache["k"] is k_cached
+
+
+# --- bad input --------------------------------------------------------------------------------------------
+
+def test_bad_input_raises_value_error():
+    mha = MultiHeadAttention(8, 2)
+    x = torch.randn(2, 5, 8)
+    with pytest.raises(ValueError, match="divisible by n_heads"):
+        MultiHeadAttention(10, 4)
+    with pytest.raises(ValueError, match="n_heads"):
+        MultiHeadAttention(8, 0)
+    with pytest.raises(ValueError, match="dropout"):
+        MultiHeadAttention(8, 2, dropout=1.5)
+    with pytest.raises(ValueError, match="same width d_k"):
+        attention(torch.randn(3, 4), torch.randn(3, 5), torch.randn(3, 4))
+    with pytest.raises(ValueError, match="same length Lk"):
+        attention(torch.randn(3, 4), torch.randn(3, 4), torch.randn(2, 4))
+    with pytest.raises(ValueError, match="does not broadcast"):
+        mha(x, x, x, torch.ones(2, 1, 1, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="does not broadcast"):
+        mha(x, x, x, torch.ones(3, 1, 1, 5, dtype=torch.bool), need_weights=True)
+    with pytest.raises(ValueError, match="boolean"):
+        mha(x, x, x, torch.ones(2, 1, 1, 5))
+    with pytest.raises(ValueError, match="boolean"):
+        attention(x, x, x, torch.ones(2, 5, 5, dtype=torch.long))
+    with pytest.raises(ValueError, match="query must have shape"):
+        mha(torch.randn(2, 5, 6), x, x)
+    with pytest.raises(ValueError, match="key"):
+        mha(x, torch.randn(2, 4, 8), torch.randn(2, 3, 8))
+    with pytest.raises(ValueError, match="batch"):
+        mha(x, torch.randn(3, 4, 8), torch.randn(3, 4, 8))
+
+
+def test_check_mask_accepts_broadcastable_and_none():
+    check_mask(None, (2, 4, 3, 5))
+    for shape in [(2, 1, 1, 5), (1, 1, 3, 5), (2, 4, 3, 5), (5,), (3, 5)]:
+        check_mask(torch.ones(shape, dtype=torch.bool), (2, 4, 3, 5))
+    with pytest.raises(ValueError, match="does not broadcast"):
+        check_mask(torch.ones(2, 4, 3, 5, 1, dtype=torch.bool), (2, 4, 3, 5))   # would enlarge the scores
