@@ -1,7 +1,7 @@
 """Generated from book/05_feed_forward.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: a77cea70a689dba0
+# digest: bb728bdfb1da8ff6
 # fmt: off
 
 from __future__ import annotations
@@ -14,25 +14,37 @@ ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
 
 
 def get_activation(name: str):
-    """The activation function called ``name`` (one of ACTIVATIONS)."""
-    if name not in ACTIVATIONS:
+    """The activation function called ``name``: one of ``"relu"``, ``"gelu"``, ``"silu"``."""
+    if not isinstance(name, str) or name not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {name!r}")
     return ACTIVATIONS[name]
 
 
 class PositionwiseFeedForward(nn.Module):
-    """FFN(x) = W2 · dropout(act(W1 x + b1)) + b2, applied to every position alone: (B, L, d) -> (B, L, d)."""
+    """FFN(x) = W2 · dropout(act(W1 x + b1)) + b2, applied to every position alone: (B, L, d) -> (B, L, d).
+
+    ``linear1`` (d_model -> d_ff) holds the keys, one row of its weight per hidden unit; ``linear2``
+    (d_ff -> d_model) holds the values, one column of its weight per hidden unit. Any leading shape
+    works: the last dimension must be ``d_model``.
+    """
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu"):
         super().__init__()
+        for name, value in (("d_model", d_model), ("d_ff", d_ff)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        self.d_model, self.d_ff = d_model, d_ff
         self.activation_name = activation
         self.activation = get_activation(activation)
-        self.linear1 = nn.Linear(d_model, d_ff)     # the "keys": one row of W1 per memory cell
-        self.linear2 = nn.Linear(d_ff, d_model)     # the "values": one column of W2 per memory cell
+        self.linear1 = nn.Linear(d_model, d_ff)     # the keys: one row of W1ᵀ per memory cell
+        self.linear2 = nn.Linear(d_ff, d_model)     # the values: one column of W2ᵀ per memory cell
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear2(self.dropout(self.activation(self.linear1(x))))   # (B, L, d_ff) inside
+        if x.size(-1) != self.d_model:
+            raise ValueError(f"x must have last dimension d_model={self.d_model}, got shape {tuple(x.shape)}")
+        h = self.dropout(self.activation(self.linear1(x)))    # (B, L, d_ff): which memories fire, how much
+        return self.linear2(h)                                # (B, L, d_model)
 
 
 __all__ = ['ACTIVATIONS', 'get_activation', 'PositionwiseFeedForward']

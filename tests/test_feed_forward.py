@@ -1,0 +1,98 @@
+"""Tests of transformer_lib.feed_forward (chapter 5): reference formulas, properties, bad input."""
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from transformer_lib.feed_forward import ACTIVATIONS, PositionwiseFeedForward, get_activation
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu", "silu"])
+def test_matches_formula(activation):
+    torch.manual_seed(0)
+    ffn = PositionwiseFeedForward(12, 40, activation=activation).eval()
+    x = torch.randn(3, 5, 12)
+    W1, b1 = ffn.linear1.weight.T, ffn.linear1.bias           # (d_model, d_ff)
+    W2, b2 = ffn.linear2.weight.T, ffn.linear2.bias           # (d_ff, d_model)
+    act = {"relu": torch.relu, "gelu": lambda t: 0.5 * t * (1 + torch.erf(t / 2 ** 0.5)),
+           "silu": lambda t: t * torch.sigmoid(t)}[activation]
+    expected = act(x @ W1 + b1) @ W2 + b2
+    torch.testing.assert_close(ffn(x), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_matches_torch_encoder_layer_ffn():
+    """The same sublayer inside nn.TransformerEncoderLayer: linear2(dropout(act(linear1(x))))."""
+    torch.manual_seed(0)
+    ref = torch.nn.TransformerEncoderLayer(16, 2, 48, dropout=0.0, batch_first=True, activation="gelu").eval()
+    ffn = PositionwiseFeedForward(16, 48, activation="gelu").eval()
+    ffn.load_state_dict({"linear1.weight": ref.linear1.weight, "linear1.bias": ref.linear1.bias,
+                         "linear2.weight": ref.linear2.weight, "linear2.bias": ref.linear2.bias})
+    x = torch.randn(2, 7, 16)
+    torch.testing.assert_close(ffn(x), ref._ff_block(x))
+
+
+def test_paper_sizes():
+    ffn = PositionwiseFeedForward(512, 2048)
+    assert sum(p.numel() for p in ffn.parameters()) == 2_099_712
+    assert ffn.linear1.weight.shape == (2048, 512) and ffn.linear2.weight.shape == (512, 2048)
+
+
+def test_key_value_memory_sum():
+    torch.manual_seed(1)
+    ffn = PositionwiseFeedForward(6, 20).eval()
+    x = torch.randn(4, 6)
+    coeff = F.relu(x @ ffn.linear1.weight.T + ffn.linear1.bias)        # (4, d_ff)
+    out = ffn.linear2.bias.expand(4, 6).clone()
+    for i in range(20):
+        out += coeff[:, i:i + 1] * ffn.linear2.weight[:, i]
+    torch.testing.assert_close(out, ffn(x))
+
+
+@settings(max_examples=25, deadline=None)
+@given(B=st.integers(1, 3), L=st.integers(1, 9), seed=st.integers(0, 2**16))
+def test_position_wise_and_permutation_equivariant(B, L, seed):
+    torch.manual_seed(seed)
+    ffn = PositionwiseFeedForward(8, 24, activation="silu").eval()
+    x = torch.randn(B, L, 8)
+    whole = ffn(x)
+    for i in range(L):
+        torch.testing.assert_close(whole[:, i], ffn(x[:, i]), atol=1e-6, rtol=1e-6)
+    perm = torch.randperm(L)
+    torch.testing.assert_close(ffn(x[:, perm]), whole[:, perm], atol=1e-6, rtol=1e-6)
+
+
+def test_dropout_only_in_training():
+    torch.manual_seed(0)
+    ffn = PositionwiseFeedForward(8, 32, dropout=0.5)
+    x = torch.randn(2, 3, 8)
+    ffn.eval()
+    torch.testing.assert_close(ffn(x), ffn(x))
+    ffn.train()
+    assert not torch.allclose(ffn(x), ffn(x))
+
+
+def test_activations_by_name():
+    assert set(ACTIVATIONS) == {"relu", "gelu", "silu"}
+    assert get_activation("gelu") is F.gelu
+
+
+@pytest.mark.parametrize("kwargs, word", [
+    (dict(d_model=8, d_ff=32, activation="tanh"), "activation"),
+    (dict(d_model=0, d_ff=32), "d_model"),
+    (dict(d_model=8, d_ff=-1), "d_ff"),
+    (dict(d_model=8.0, d_ff=32), "d_model"),
+])
+def test_bad_construction(kwargs, word):
+    with pytest.raises(ValueError, match=word):
+        PositionwiseFeedForward(**kwargs)
+
+
+def test_bad_dropout():
+    with pytest.raises(ValueError):
+        PositionwiseFeedForward(8, 32, dropout=1.5)
+
+
+def test_wrong_width_input():
+    with pytest.raises(ValueError, match="d_model=8"):
+        PositionwiseFeedForward(8, 32)(torch.randn(2, 3, 7))
