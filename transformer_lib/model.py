@@ -1,7 +1,7 @@
 """Generated from book/09_model.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 905f6ddde3b8bd38
+# digest: d1e53fc9a74f76c3
 # fmt: off
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class TransformerConfig:
         for name in ("norm_first", "tie_output", "share_embeddings"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        if self.final_norm not in (None, True, False):
+        if not (self.final_norm is None or isinstance(self.final_norm, bool)):
             raise ValueError(f"final_norm must be None, True or False, got {self.final_norm!r}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError("share_embeddings needs src_vocab_size == tgt_vocab_size, got "
