@@ -1,0 +1,420 @@
+"""Tie the chapters to the library they export, both ways, and tell the reader what a chapter costs to run.
+
+* ``{transformer-lib-api}`` (used by ``book/api.md``) documents every generated module of
+  ``transformer_lib`` with autodoc, in the order of the chapters. Each public name also answers to its
+  short path (``transformer_lib.MultiHeadAttention`` as well as ``transformer_lib.attention.MultiHeadAttention``).
+* Each documented object gets a line "Defined in: chapter, section" that links to the very code cell of the
+  chapter that defines it (found from the ``#| export`` cells of the notebooks).
+* Each chapter page gets an "In transformer_lib" box under its title: the module it writes, each of its
+  public names linked to the API reference, how long the notebook took to execute when the book was
+  built (myst-nb's record of the execution), and the notebook to download.
+
+Nothing here changes a chapter: everything is read from the notebooks, the generated modules' headers
+("Generated from book/NN_name.ipynb") and the build itself.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import posixpath
+import re
+from pathlib import Path
+
+from docutils import nodes
+from docutils.statemachine import StringList
+from sphinx import addnodes
+from sphinx.util import logging
+from sphinx.util.docutils import SphinxDirective
+from sphinx.util.nodes import nested_parse_with_titles
+
+logger = logging.getLogger(__name__)
+
+PACKAGE = "transformer_lib"
+HEADER = re.compile(r'^"""Generated from (book/[^:\s]+\.ipynb):', re.M)
+EXPORT = re.compile(r"^\s*#\|\s*export(?:\s+([A-Za-z_][A-Za-z0-9_.]*))?\s*$")
+DEFAULT_EXP = re.compile(r"^\s*#\|\s*default_exp\s+([A-Za-z_][A-Za-z0-9_.]*)\s*$", re.M)
+HIDDEN_MODULES = {"__init__", "__main__"}
+_UNDOCUMENTED_DATA: set[str] = set()  # constants autodoc would describe with their type's docstring
+
+
+# ------------------------------------------------------------------------------------ reading the sources
+
+
+def _cell_source(cell: dict) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def _public_names(body: str) -> list[str]:
+    try:
+        tree = ast.parse(body)
+    except SyntaxError:
+        return []
+    names: list[str] = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            targets = [node.name]
+        elif isinstance(node, ast.Assign):
+            targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            targets = [node.target.id]
+        else:
+            targets = []
+        names += [n for n in targets if not n.startswith("_") and n not in names]
+    return names
+
+
+def read_library(srcdir: Path) -> dict:
+    """What each chapter exports, from the notebooks and the generated modules.
+
+    Returns ``{"modules": {module: notebook docname}, "defs": {full name: (docname, cell index)},
+    "chapter_modules": {docname: [module, ...]}, "all": {module: [public names]}}``.
+    """
+    modules: dict[str, str] = {}
+    public: dict[str, list[str]] = {}
+    pkg = srcdir / PACKAGE
+    for path in sorted(pkg.glob("*.py")) if pkg.is_dir() else []:
+        if path.stem in HIDDEN_MODULES:
+            continue
+        text = path.read_text(encoding="utf-8")
+        m = HEADER.search(text)
+        if m:
+            modules[path.stem] = m.group(1)[: -len(".ipynb")]
+            public[path.stem] = _module_all(text)
+    defs: dict[str, tuple[str, int]] = {}
+    chapter_modules: dict[str, list[str]] = {}
+    for nb_path in sorted((srcdir / "book").glob("*.ipynb")):
+        docname = nb_path.relative_to(srcdir).as_posix()[: -len(".ipynb")]
+        try:
+            cells = json.loads(nb_path.read_text(encoding="utf-8")).get("cells", [])
+        except (OSError, ValueError):
+            continue
+        default = None
+        for index, cell in enumerate(cells):
+            if cell.get("cell_type") != "code":
+                continue
+            source = _cell_source(cell)
+            if default is None:
+                m = DEFAULT_EXP.search(source)
+                if m:
+                    default = m.group(1)
+            lines = source.splitlines()
+            m = EXPORT.match(lines[0]) if lines else None
+            if not m:
+                continue
+            module = m.group(1) or default
+            if module is None:
+                continue
+            chapter_modules.setdefault(docname, [])
+            if module not in chapter_modules[docname]:
+                chapter_modules[docname].append(module)
+            for name in _public_names("\n".join(lines[1:])):
+                defs.setdefault(f"{PACKAGE}.{module}.{name}", (docname, index))
+    return {"modules": modules, "defs": defs, "chapter_modules": chapter_modules, "all": public}
+
+
+def _module_all(text: str) -> list[str]:
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return []
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            try:
+                return [str(n) for n in ast.literal_eval(node.value)]
+            except ValueError:
+                return []
+    return []
+
+
+def _library(app) -> dict:
+    if not hasattr(app, "_tl_library"):
+        app._tl_library = read_library(Path(app.srcdir))
+    return app._tl_library
+
+
+def _undocumented_data(modname: str, names: list[str]) -> list[str]:
+    """Public names of ``modname`` that are plain data with no ``#:`` doc comment."""
+    import importlib
+    import inspect
+
+    from sphinx.pycode import ModuleAnalyzer, PycodeError
+
+    try:
+        mod = importlib.import_module(modname)
+        attr_docs = ModuleAnalyzer.for_module(modname).find_attr_docs()
+    except (ImportError, PycodeError):
+        return []  # autodoc reports the import failure itself
+    out = []
+    for name in names:
+        obj = getattr(mod, name, None)
+        if inspect.isclass(obj) or inspect.isroutine(obj) or inspect.ismodule(obj):
+            continue
+        if ("", name) not in attr_docs:
+            out.append(name)
+    return out
+
+
+def _chapter_order(docname: str) -> tuple:
+    m = re.match(r"book/(\d+)_", docname)
+    return (int(m.group(1)) if m else 1_000, docname)
+
+
+# ------------------------------------------------------------------------------------------ API page
+
+
+class TransformerLibAPI(SphinxDirective):
+    """Document every generated module of transformer_lib (automodule), one section each, chapter order."""
+
+    has_content = False
+
+    def run(self):
+        lib = _library(self.env.app)
+        lines: list[str] = []
+        mods = sorted(lib["modules"].items(), key=lambda kv: _chapter_order(kv[1]))
+        for module, docname in mods:
+            # Markdown (this page is MyST): a heading per module, autodoc inside {eval-rst} because
+            # autodoc's output and the docstrings are reStructuredText.
+            lines += [f"## `{PACKAGE}.{module}`", "",
+                      "```{eval-rst}",
+                      f".. automodule:: {PACKAGE}.{module}",
+                      "   :members:", "   :undoc-members:", "   :show-inheritance:",
+                      "   :member-order: bysource", ""]
+            # autodoc skips module-level data without a doc comment even with :undoc-members:;
+            # a public constant (a table of activations, the special tokens) belongs on the page too.
+            for name in _undocumented_data(f"{PACKAGE}.{module}", lib["all"].get(module, [])):
+                lines += [f".. autodata:: {PACKAGE}.{module}.{name}", ""]
+                _UNDOCUMENTED_DATA.add(f"{PACKAGE}.{module}.{name}")
+            lines += ["```", ""]
+        content = StringList(lines, source=self.env.doc2path(self.env.docname))
+        section = nodes.section()
+        section.document = self.state.document
+        nested_parse_with_titles(self.state, content, section)
+        return section.children
+
+
+def _note_aliases(app, env) -> None:
+    """After reading: let ``transformer_lib.Name`` (what ``import transformer_lib as tl`` gives) resolve
+    to the documented ``transformer_lib.module.Name``."""
+    py = env.get_domain("py")
+    lib = _library(app)
+    for module, names in lib["all"].items():
+        for name in names:
+            entry = py.objects.get(f"{PACKAGE}.{module}.{name}")
+            short = f"{PACKAGE}.{name}"
+            if entry is not None and short not in py.objects:
+                py.objects[short] = entry._replace(aliased=True)
+
+
+def _process_docstring(app, what, name, obj, options, lines) -> None:
+    lib = _library(app)
+    parts = name.split(".")
+    if what == "module" and len(parts) == 2 and parts[0] == PACKAGE:
+        docname = lib["modules"].get(parts[1])
+        if docname:
+            # The generated header speaks to the library's maintainers; the reader wants the chapter.
+            lines[:] = [f"Built in chapter :doc:`/{docname}`.", ""]
+        return
+    if what == "data" and name in _UNDOCUMENTED_DATA:
+        lines[:] = []  # not dict's or tuple's docstring: the value shown in the signature says it all
+    if len(parts) != 3 or parts[0] != PACKAGE or what not in ("class", "function", "data", "exception", "attribute"):
+        return
+    if name in lib["defs"]:
+        lines += ["", f":tl-defined-in:`{name}`"]
+
+
+def _defined_in_role(name, rawtext, text, lineno, inliner, options=None, content=None):
+    node = addnodes.pending_xref(rawtext, refdomain="", reftype="tl-defined-in", reftarget=text,
+                                 refexplicit=False, refwarn=True)
+    node += nodes.inline(text, text)
+    para = nodes.inline("", "", classes=["tl-defined-in"])
+    para += nodes.emphasis("Defined in ", "Defined in ")
+    para += node
+    return [para], []
+
+
+def _resolve_defined_in(app, env, node, contnode):
+    if node.get("reftype") != "tl-defined-in":
+        return None
+    target = node["reftarget"]
+    entry = getattr(env, "tl_defs", {}).get(target)
+    if entry is None:
+        logger.warning(f"library_links: no chapter cell found that defines {target}", location=node)
+        return contnode
+    docname, anchor, label = entry
+    uri = app.builder.get_relative_uri(node.get("refdoc", env.docname), docname)
+    ref = nodes.reference("", "", internal=True, refuri=f"{uri}#{anchor}" if anchor else uri)
+    ref += [child.deepcopy() for child in label]
+    return ref
+
+
+# ---------------------------------------------------------------------------------------- chapter pages
+
+
+def _section_title(node):
+    """The title node of the section that holds ``node`` (None at the top)."""
+    parent = node.parent
+    while parent is not None and not isinstance(parent, nodes.section):
+        parent = parent.parent
+    if parent is None or not parent.children or not isinstance(parent[0], nodes.title):
+        return None
+    return parent[0]
+
+
+def _label(chapter_title, section_title) -> list:
+    """"Chapter › Section" as inline nodes, keeping maths in titles as maths (not raw TeX)."""
+    out = [child.deepcopy() for child in chapter_title.children] if chapter_title is not None else []
+    if section_title is not None and (chapter_title is None or section_title.astext() != chapter_title.astext()):
+        out.append(nodes.Text(" \u203a "))
+        out += [child.deepcopy() for child in section_title.children]
+    return out
+
+
+def _on_doctree_read(app, doctree) -> None:
+    env = app.env
+    docname = env.docname
+    if not env.doc2path(docname).endswith(".ipynb"):
+        return
+    lib = _library(app)
+    if not hasattr(env, "tl_defs"):
+        env.tl_defs = {}
+    chapter_title = env.titles.get(docname)
+    # 1. Anchors on the code cells that define the library's names.
+    cells = {}
+    for node in doctree.findall(nodes.container):
+        if node.get("nb_element") == "cell_code":
+            cells.setdefault(node.get("cell_index"), node)
+    for full, (def_doc, index) in lib["defs"].items():
+        if def_doc != docname:
+            continue
+        cell = cells.get(index)
+        if cell is None:  # the cell was removed from the page: point at the chapter itself
+            env.tl_defs[full] = (docname, "", _label(chapter_title, None))
+            continue
+        anchor = nodes.make_id("tl-def-" + full)
+        if anchor not in cell["ids"]:
+            cell["ids"].append(anchor)
+            doctree.ids[anchor] = cell
+        env.tl_defs[full] = (docname, anchor, _label(chapter_title, _section_title(cell)))
+    # 2. The "In transformer_lib" box under the chapter's title.
+    box = nodes.admonition("", classes=["tl-chapter-box", "note"])
+    box += nodes.title("In transformer_lib", "In transformer_lib")
+    modules = lib["chapter_modules"].get(docname, [])
+    for module in modules:
+        para = nodes.paragraph()
+        para += nodes.strong("Module ", "Module ")
+        para += _xref(docname, "mod", f"{PACKAGE}.{module}", literal=True)
+        names = lib["all"].get(module, [])
+        if names:
+            para += nodes.Text(": ")
+            for i, name in enumerate(names):
+                if i:
+                    para += nodes.Text(", ")
+                para += _xref(docname, "obj", f"{PACKAGE}.{module}.{name}", text=name, literal=True)
+        para += nodes.Text(" (")
+        para += _xref(docname, "doc", "/book/api", text="API reference", domain="std")
+        para += nodes.Text(")")
+        box += para
+    if not modules:
+        para = nodes.paragraph()
+        para += nodes.strong("Module ", "Module ")
+        para += nodes.Text("none: this chapter measures and explains, and exports no code.")
+        box += para
+    box += _runtime_paragraph(app, env, docname)
+    first = next(iter(doctree.findall(nodes.section)), None)
+    if first is None:
+        return
+    pos = 1 if first.children and isinstance(first[0], nodes.title) else 0
+    first.insert(pos, box)
+
+
+def _xref(docname: str, reftype: str, target: str, text: str | None = None, literal: bool = False, domain: str = "py"):
+    node = addnodes.pending_xref("", refdomain=domain, reftype=reftype, reftarget=target, refdoc=docname,
+                                 refexplicit=text is not None, refwarn=True)
+    label = text or target
+    node += nodes.literal(label, label, classes=["xref", domain, f"{domain}-{reftype}"]) if literal \
+        else nodes.inline(label, label)
+    return node
+
+
+def _runtime_paragraph(app, env, docname):
+    from myst_nb.sphinx_ import NbMetadataCollector
+
+    data = NbMetadataCollector.get_exec_data(env, docname)
+    para = nodes.paragraph(classes=["tl-runtime-line"])
+    para += nodes.strong("Run time ", "Run time ")
+    runtime = data.get("runtime") if data else None
+    if runtime is not None:
+        text = f"{runtime:.1f} s"
+        rest = f" for the whole notebook when this page was built ({_machine()}, kernel start included)"
+    else:
+        text = "not measured"
+        rest = " (the notebook was not executed in this build)"
+    para += nodes.inline(text, text, classes=["tl-runtime"])
+    para += nodes.Text(rest + ". ")
+    nb_file = posixpath.relpath(f"_sources/{docname}.ipynb", posixpath.dirname(docname))
+    para += nodes.strong("Notebook ", "Notebook ")
+    para += nodes.reference("", posixpath.basename(nb_file), refuri=nb_file, classes=["tl-download"])
+    para += nodes.Text(" (to run it yourself; also under the download button above)")
+    return para
+
+
+def _machine() -> str:
+    cores = os.cpu_count() or 1
+    gpu = "no GPU"
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            gpu = f"GPU: {torch.cuda.get_device_name(0)}"
+    except Exception:  # noqa: BLE001 - the box is informative only
+        gpu = "GPU unknown"
+    return f"{cores} CPU core{'s' if cores != 1 else ''}, {gpu}"
+
+
+# -------------------------------------------------------------------------------------- env bookkeeping
+
+
+def _purge(app, env, docname) -> None:
+    defs = getattr(env, "tl_defs", {})
+    for key in [k for k, v in defs.items() if v[0] == docname]:
+        del defs[key]
+
+
+def _merge(app, env, docnames, other) -> None:
+    if not hasattr(env, "tl_defs"):
+        env.tl_defs = {}
+    env.tl_defs.update({k: v for k, v in getattr(other, "tl_defs", {}).items() if v[0] in docnames})
+
+
+def _maths_on_page(app, pagename, templatename, context, doctree) -> None:
+    """Load MathJax on a page whose maths arrived after reading (a linked section title with maths).
+
+    Sphinx decides per page from the maths it saw while reading; the "Defined in" links are resolved
+    later, so the API page would show raw TeX without this.
+    """
+    if doctree is not None and next(iter(doctree.findall(nodes.math)), None) is not None:
+        app.env.get_domain("math").data.setdefault("has_equations", {})[pagename] = True
+
+
+def _static_path(app, config) -> None:
+    static = str(Path(__file__).parent / "static")
+    if static not in config.html_static_path:
+        config.html_static_path.append(static)
+
+
+def setup(app):
+    app.setup_extension("sphinx.ext.autodoc")
+    app.add_directive("transformer-lib-api", TransformerLibAPI)
+    app.add_role("tl-defined-in", _defined_in_role)
+    app.connect("config-inited", _static_path)
+    app.add_css_file("library_links.css")
+    app.connect("autodoc-process-docstring", _process_docstring)
+    app.connect("doctree-read", _on_doctree_read)
+    app.connect("env-updated", _note_aliases)
+    app.connect("missing-reference", _resolve_defined_in)
+    app.connect("html-page-context", _maths_on_page, priority=400)  # before sphinx.ext.mathjax (500)
+    app.connect("env-purge-doc", _purge)
+    app.connect("env-merge-info", _merge)
+    return {"parallel_read_safe": True, "parallel_write_safe": True, "env_version": 1}
