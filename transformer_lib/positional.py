@@ -1,7 +1,7 @@
 """Generated from book/02_positional_encoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 1b850c9c0ebd7307
+# digest: 33db2d5e0eb99295
 # fmt: off
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class PositionalEncoding(nn.Module):
 class LearnedPositionalEncoding(nn.Module):
     """The learned alternative: x (B, L, d_model) -> x + P[start_pos : start_pos + L], P a trained table.
 
-    Same interface as :class:`PositionalEncoding`; it has ``max_len * d_model`` parameters and no encoding
+    Same interface as :class:`transformer_lib.positional.PositionalEncoding`; it has ``max_len * d_model`` parameters and no encoding
     at all for positions ``>= max_len``.
     """
 
