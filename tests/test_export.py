@@ -196,3 +196,20 @@ def test_two_chapters_exporting_one_module_is_an_error(tmp_path: Path):
     with pytest.raises(export.ExportError, match="module 'toy' is exported by both"):
         export.export_all(tmp_path)
 
+
+
+def test_syntax_error_in_an_exported_cell_names_the_chapter(tmp_path: Path):
+    cells = _chapter() + [_cell("code", "#| export\ndef broken(:\n    pass")]
+    _write_notebook(tmp_path, "03_broken.ipynb", cells)
+    with pytest.raises(export.ExportError, match=r"book/03_broken.ipynb.*toy"):
+        export.export_all(tmp_path)
+    assert export.main(["--root", str(tmp_path)]) == 1
+    assert not (tmp_path / "transformer_lib" / "toy.py").exists()
+
+
+def test_future_import_after_other_code_is_caught_at_export(tmp_path: Path):
+    # each cell parses on its own, but the module would not import: Python wants __future__ first
+    cells = _chapter() + [_cell("code", "#| export\nfrom __future__ import annotations\nLATE = 1")]
+    _write_notebook(tmp_path, "03_late.ipynb", cells)
+    with pytest.raises(export.ExportError, match=r"book/03_late.ipynb.*__future__"):
+        export.export_all(tmp_path)

@@ -122,7 +122,13 @@ def export_all(root: Path = ROOT) -> dict[Path, str]:
                 raise ExportError(f"module '{module}' is exported by both {owners[module]} and {nb_path}")
             owners[module] = nb_path
             target = root / "transformer_lib" / (module.replace(".", "/") + ".py")
-            out[target] = render_module(rel, bodies)
+            try:
+                text = render_module(rel, bodies)
+                compile(text, target.relative_to(root).as_posix(), "exec", dont_inherit=True)
+            except SyntaxError as exc:  # name the chapter, not just a line of the generated text
+                raise ExportError(f"{rel}: the cells it exports to '{module}' are not valid Python: "
+                                  f"{exc.msg} (line {exc.lineno} of the generated module)") from exc
+            out[target] = text
     return out
 
 
