@@ -27,7 +27,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: PyTorch's default)")
     args = p.parse_args(argv)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
 
     torch.manual_seed(0)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -304,3 +304,24 @@ def test_check_mask_accepts_broadcastable_and_none():
         check_mask(torch.ones(shape, dtype=torch.bool), (2, 4, 3, 5))
     with pytest.raises(ValueError, match="does not broadcast"):
         check_mask(torch.ones(2, 4, 3, 5, 1, dtype=torch.bool), (2, 4, 3, 5))   # would enlarge the scores
+
+
+def test_sdpa_path_zeroes_empty_rows_even_if_the_kernel_gives_nan(monkeypatch):
+    """Some PyTorch versions/backends return NaN for a query with no permitted key; the module must not."""
+    def naive_sdpa(q, k, v, attn_mask=None, dropout_p=0.0):
+        s = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))
+        if attn_mask is not None:
+            s = s.masked_fill(~attn_mask, float("-inf"))
+        return torch.softmax(s, dim=-1) @ v            # NaN on rows with no key
+
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(8, 2).eval()
+    x = torch.randn(2, 3, 8, requires_grad=True)
+    mask = torch.ones(2, 1, 1, 3, dtype=torch.bool)
+    mask[1] = False
+    expected = mha(x, x, x, mask, need_weights=True)[0]
+    monkeypatch.setattr(F, "scaled_dot_product_attention", naive_sdpa)
+    out = mha(x, x, x, mask)
+    out.sum().backward()
+    assert torch.isfinite(out).all() and torch.isfinite(x.grad).all()
+    torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-5)

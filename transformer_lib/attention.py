@@ -1,7 +1,7 @@
 """Generated from book/03_attention.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 683d6651d635afe4
+# digest: b44957d5c9f0d304
 # fmt: off
 
 from __future__ import annotations
@@ -165,7 +165,15 @@ class MultiHeadAttention(nn.Module):
                 self.last_weights = weights.detach()
         else:
             check_mask(mask, (q.size(0), self.n_heads, q.size(2), k.size(2)))
+            any_key = None
+            if mask is not None:
+                # rows with no permitted key: give the kernel a harmless row, zero the output after, so
+                # the result is 0 (not NaN) whatever the backend or PyTorch version does with such rows
+                any_key = mask.any(dim=-1, keepdim=True)                 # (B|1, 1|h, Lq|1, 1)
+                mask = mask | ~any_key
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)   # (B, h, Lq, d_k)
+            if any_key is not None:
+                out = out.masked_fill(~any_key, 0.0)
             weights = None
         out = self.out_proj(self._merge(out))                             # (B, Lq, d_model)
         return (out, weights) if need_weights else out
