@@ -108,7 +108,16 @@ def test_sequence_longer_than_the_table_raises(module_cls):
 
 
 @pytest.mark.parametrize("module_cls", [PositionalEncoding, LearnedPositionalEncoding])
-@pytest.mark.parametrize("start_pos", [-1, 1.0, True])
+def test_start_pos_accepts_integer_like_values(module_cls):
+    m = module_cls(4, max_len=10)
+    x = torch.randn(1, 2, 4)
+    expected = m(x, start_pos=3)
+    for start in (torch.tensor(3), torch.tensor(3, dtype=torch.int32)):
+        assert torch.equal(m(x, start_pos=start), expected)
+
+
+@pytest.mark.parametrize("module_cls", [PositionalEncoding, LearnedPositionalEncoding])
+@pytest.mark.parametrize("start_pos", [-1, 1.0, True, torch.tensor(-2), torch.tensor(1.0), "3"])
 def test_bad_start_pos_raises(module_cls, start_pos):
     m = module_cls(4, max_len=10)
     with pytest.raises(ValueError, match="start_pos must be a non-negative int"):

@@ -1,10 +1,12 @@
 """Generated from book/02_positional_encoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 33db2d5e0eb99295
+# digest: a7db0341e55d73c9
 # fmt: off
 
 from __future__ import annotations
+
+import operator
 
 import torch
 from torch import nn
@@ -39,15 +41,19 @@ def _positions(x: torch.Tensor, start_pos: int, d_model: int, max_len: int) -> t
     if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.size(-1) != d_model:
         shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
         raise ValueError(f"x must have shape (B, L, {d_model}), got {shape}")
-    if isinstance(start_pos, bool) or not isinstance(start_pos, int) or start_pos < 0:
+    try:
+        start = operator.index(start_pos)            # an int, a NumPy integer or a 0-d integer tensor
+    except TypeError:
+        start = -1
+    if isinstance(start_pos, bool) or start < 0:
         raise ValueError(f"start_pos must be a non-negative int, got {start_pos!r}")
-    end = start_pos + x.size(1)
+    end = start + x.size(1)
     if end > max_len:
         raise ValueError(
-            f"sequence of length {x.size(1)} starting at position {start_pos} is longer than the "
+            f"sequence of length {x.size(1)} starting at position {start} is longer than the "
             f"positional table (max_len={max_len}); build the module with a larger max_len"
         )
-    return start_pos, end
+    return start, end
 
 
 class PositionalEncoding(nn.Module):
