@@ -1,7 +1,7 @@
 """Generated from book/01_embedding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: f32c4714c11ef2d2
+# digest: 16fd1fdd59c0b87b
 # fmt: off
 
 from __future__ import annotations
@@ -23,11 +23,10 @@ def check_token_ids(ids: torch.Tensor, vocab_size: int, name: str = "ids") -> No
         raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
     if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
         raise ValueError(f"{name} must hold integer token ids (torch.long), got dtype {ids.dtype}")
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
-        raise ValueError(
-            f"{name} holds token ids outside the vocabulary [0, {vocab_size}): "
-            f"min {int(ids.min())}, max {int(ids.max())}"
-        )
+    if ids.numel():
+        lo, hi = torch.stack(torch.aminmax(ids)).tolist()  # one read-back from the device, not two
+        if lo < 0 or hi >= vocab_size:
+            raise ValueError(f"{name} holds token ids outside the vocabulary [0, {vocab_size}): min {lo}, max {hi}")
 
 
 class TokenEmbedding(nn.Module):
