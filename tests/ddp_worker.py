@@ -1,0 +1,64 @@
+"""One process of the 2-process DDP test (tests/test_training.py::test_torchrun_two_processes).
+
+Run by ``torchrun --standalone --nproc_per_node=2 tests/ddp_worker.py OUT_DIR``: every process joins the
+gloo group, trains the same tiny model on its own share of a copy task for a few steps with
+``transformer_lib.train`` (which wraps the model in DistributedDataParallel), and rank 0 writes
+``OUT_DIR/result.json``: the largest parameter difference between the replicas, the loss before and
+after, and how many batches each rank saw.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from transformer_lib.model import Transformer, TransformerConfig
+from transformer_lib.training import (LabelSmoothingLoss, PadCollate, PairDataset, TokenBucketSampler,
+                                      cleanup_distributed, copy_task, evaluate, noam_lambda,
+                                      setup_distributed, train)
+
+
+def main(out_dir: str) -> None:
+    rank, world, device = setup_distributed("gloo")
+    torch.set_num_threads(1)
+    torch.manual_seed(1234)                 # the same initial model in both processes
+    V = 12
+    data = PairDataset(copy_task(192, vocab_size=V, min_len=2, max_len=6, seed=0))
+    collate = PadCollate()
+    train_loader = torch.utils.data.DataLoader(
+        data, batch_sampler=TokenBucketSampler(data.lengths, 160, seed=0), collate_fn=collate)
+    val_loader = torch.utils.data.DataLoader(
+        data, batch_sampler=TokenBucketSampler(data.lengths, 400, shuffle=False, drop_last=True),
+        collate_fn=collate)
+    config = TransformerConfig(V, V, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=32,
+                               dropout=0.1, max_len=16)
+    model = Transformer(config).to(device)
+    start = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
+    torch.manual_seed(1234 + rank)          # different dropout in each process, as in a real run
+    loss_fn = LabelSmoothingLoss(0.1, config.pad_id)
+    before = evaluate(model, val_loader, loss_fn)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, noam_lambda(16, 4, factor=0.5))
+    hist = train(model, train_loader, optimizer, scheduler, loss_fn, steps=12, val_loader=val_loader,
+                 val_every=6, checkpoint_path=str(Path(out_dir) / "ckpt.pt"), checkpoint_every=6,
+                 progress=False, log_every=3)
+    after = hist.val[-1]["val_loss"]
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    gathered = [torch.empty_like(flat) for _ in range(world)]
+    torch.distributed.all_gather(gathered, flat)
+    n_batches = torch.tensor([len(train_loader)])
+    counts = [torch.empty_like(n_batches) for _ in range(world)]
+    torch.distributed.all_gather(counts, n_batches)
+    if rank == 0:
+        diff = max(float((g - gathered[0]).abs().max()) for g in gathered)
+        result = {"world_size": world, "max_param_diff": diff, "loss_before": before, "loss_after": after,
+                  "val_losses": [r["val_loss"] for r in hist.val], "batches_per_rank": [int(c) for c in counts],
+                  "param_change": float((flat - start).abs().max()), "last_step": hist.last_step}
+        (Path(out_dir) / "result.json").write_text(json.dumps(result))
+    cleanup_distributed()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
