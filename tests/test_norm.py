@@ -1,0 +1,154 @@
+"""Tests of transformer_lib.norm (chapter 6): LayerNorm and RMSNorm against PyTorch, the sublayer wrapper,
+properties, bad input."""
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from transformer_lib.norm import LayerNorm, RMSNorm, SublayerConnection, layer_norm, make_norm, rms_norm
+
+
+def _random_affine(module: nn.Module, seed: int = 0) -> None:
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=g))
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("eps", [1e-5, 1e-6, 0.1])
+def test_layer_norm_matches_torch(fused, eps):
+    torch.manual_seed(0)
+    ref = nn.LayerNorm(24, eps=eps)
+    _random_affine(ref)
+    ours = LayerNorm(24, eps=eps, fused=fused)
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(3, 7, 24) * 4 + 2
+    torch.testing.assert_close(ours(x), ref(x), atol=1e-5, rtol=1e-5)
+    x.requires_grad_(True)
+    (gx_ours,) = torch.autograd.grad(ours(x).square().sum(), x)
+    (gx_ref,) = torch.autograd.grad(ref(x).square().sum(), x)
+    torch.testing.assert_close(gx_ours, gx_ref, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_rms_norm_matches_torch(fused):
+    torch.manual_seed(0)
+    ref = nn.RMSNorm(24, eps=1e-6)
+    _random_affine(ref)
+    ours = RMSNorm(24, fused=fused)
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(3, 7, 24) * 4 + 2
+    torch.testing.assert_close(ours(x), ref(x), atol=1e-5, rtol=1e-5)
+
+
+def test_rms_norm_formula():
+    x = torch.randn(5, 9)
+    expected = x / torch.sqrt((x ** 2).mean(-1, keepdim=True) + 1e-6)
+    torch.testing.assert_close(rms_norm(x), expected)
+
+
+def test_layer_norm_uses_population_variance():
+    """Against the formula with variance divided by d, and NOT the unbiased (d - 1) version."""
+    x = torch.randn(50, 8)
+    mu = x.mean(-1, keepdim=True)
+    pop = (x - mu) / torch.sqrt(((x - mu) ** 2).sum(-1, keepdim=True) / 8 + 1e-5)
+    unbiased = (x - mu) / torch.sqrt(((x - mu) ** 2).sum(-1, keepdim=True) / 7 + 1e-5)
+    torch.testing.assert_close(layer_norm(x), pop)
+    assert not torch.allclose(layer_norm(x), unbiased, atol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_from_scratch_low_precision(dtype):
+    """Statistics in float32: large half-precision inputs (x² overflows float16) stay finite and correct."""
+    x = torch.randn(4, 64) * 300
+    for ours, ref in ((layer_norm(x.to(dtype)), F.layer_norm(x, (64,))), (rms_norm(x.to(dtype)), F.rms_norm(x, (64,), eps=1e-6))):
+        assert ours.dtype == dtype and torch.isfinite(ours).all()
+        torch.testing.assert_close(ours.float(), ref, atol=2e-2, rtol=2e-2)
+
+
+@settings(max_examples=25, deadline=None)
+@given(B=st.integers(1, 4), L=st.integers(1, 6), seed=st.integers(0, 2**16),
+       scale=st.floats(0.1, 100.0), shift=st.floats(-50.0, 50.0))
+def test_layer_norm_invariant_to_scale_and_shift_of_each_position(B, L, seed, scale, shift):
+    torch.manual_seed(seed)
+    x = torch.randn(B, L, 16)
+    ln = LayerNorm(16)
+    torch.testing.assert_close(ln(x * scale + shift), ln(x), atol=1e-3, rtol=1e-3)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**16), other_len=st.integers(1, 10))
+def test_layer_norm_row_independent_of_batch_and_padding(seed, other_len):
+    torch.manual_seed(seed)
+    a = torch.randn(1, 4, 16)
+    other = torch.randn(1, other_len, 16)
+    L = max(4, other_len)
+    batch = torch.zeros(2, L, 16)
+    batch[0, :4], batch[1, :other_len] = a[0], other[0]
+    ln = LayerNorm(16)
+    torch.testing.assert_close(ln(batch)[0, :4], ln(a)[0], atol=0, rtol=0)
+
+
+def test_batch_norm_depends_on_batch():
+    """The chapter's contrast: BatchNorm's output for the same row changes with its batch-mates."""
+    torch.manual_seed(0)
+    a, b, c = torch.randn(5, 8), torch.randn(5, 8) + 3, torch.randn(5, 8) * 4
+    bn = nn.BatchNorm1d(8).train()
+    assert not torch.allclose(bn(torch.cat([a, b]))[:5], bn(torch.cat([a, c]))[:5], atol=0.1)
+
+
+@pytest.mark.parametrize("norm, cls", [("layer", LayerNorm), ("rms", RMSNorm)])
+def test_make_norm(norm, cls):
+    m = make_norm(norm, 12, eps=1e-3)
+    assert isinstance(m, cls) and m.eps == 1e-3 and m.d_model == 12
+
+
+@pytest.mark.parametrize("norm", ["layer", "rms"])
+def test_sublayer_post_and_pre_norm_formulas(norm):
+    torch.manual_seed(0)
+    f = nn.Linear(10, 10)
+    x = torch.randn(2, 3, 10)
+    post = SublayerConnection(10, dropout=0.0, norm=norm)
+    pre = SublayerConnection(10, dropout=0.0, norm_first=True, norm=norm)
+    _random_affine(post.norm, 1)
+    _random_affine(pre.norm, 2)
+    torch.testing.assert_close(post(x, f), post.norm(x + f(x)))
+    torch.testing.assert_close(pre(x, f), x + f(pre.norm(x)))
+
+
+def test_sublayer_dropout_on_branch_only():
+    """Pre-Norm with dropout 1.0 drops the whole branch: the output is x itself (the residual path is untouched)."""
+    pre = SublayerConnection(6, dropout=1.0, norm_first=True).train()
+    x = torch.randn(2, 3, 6)
+    torch.testing.assert_close(pre(x, lambda y: y * 5), x)
+    pre.eval()
+    torch.testing.assert_close(pre(x, lambda y: y * 5), x + 5 * pre.norm(x))
+
+
+def test_sublayer_matches_torch_encoder_layer_blocks():
+    """SublayerConnection reproduces nn.TransformerEncoderLayer's ff half in both norm modes."""
+    torch.manual_seed(0)
+    for norm_first in (False, True):
+        ref = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True, norm_first=norm_first).eval()
+        sub = SublayerConnection(16, 0.0, norm_first)
+        sub.norm.load_state_dict(ref.norm2.state_dict())
+        x = torch.randn(2, 5, 16)
+        expected = x + ref._ff_block(ref.norm2(x)) if norm_first else ref.norm2(x + ref._ff_block(x))
+        torch.testing.assert_close(sub(x, ref._ff_block), expected)
+
+
+@pytest.mark.parametrize("build, word", [
+    (lambda: LayerNorm(0), "d_model"),
+    (lambda: LayerNorm(8.5), "d_model"),
+    (lambda: RMSNorm(8, eps=-1e-6), "eps"),
+    (lambda: make_norm("batch", 8), "norm"),
+    (lambda: LayerNorm(8)(torch.randn(2, 7)), "d_model=8"),
+    (lambda: RMSNorm(8)(torch.randn(2, 7)), "d_model=8"),
+    (lambda: SublayerConnection(8, dropout=0.0)(torch.randn(2, 3, 8), lambda y: y[:, :1]), "sublayer"),
+])
+def test_bad_input(build, word):
+    with pytest.raises(ValueError, match=word):
+        build()
