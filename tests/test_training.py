@@ -312,7 +312,7 @@ class _CopyOracle(nn.Module):
         self.dummy = nn.Parameter(torch.zeros(1))
         self.wrong = set(wrong)
 
-    def encode(self, src):
+    def encode(self, src, src_mask=None):
         return src
 
     def decode(self, tgt_in, memory, src_mask=None):

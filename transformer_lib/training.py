@@ -1,7 +1,7 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 0f706626d286de03
+# digest: 5defb0292308e692
 # fmt: off
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
+
+from transformer_lib.masks import padding_mask
 
 
 def shift_right(tgt: torch.Tensor, bos_id: int) -> torch.Tensor:
@@ -333,9 +335,8 @@ def _greedy_no_cache(model: nn.Module, src: torch.Tensor, steps: int) -> torch.T
     """A minimal batched greedy loop (no cache: each step re-reads the whole prefix). -> (B, steps) ids
     after bos; rows that have produced eos are padded. Chapter 11 builds the real one."""
     c = model.config
-    memory = model.encode(src)
-    from transformer_lib.masks import padding_mask
-    src_mask = padding_mask(src, c.pad_id)
+    src_mask = padding_mask(src, c.pad_id)                               # (B, 1, 1, S)
+    memory = model.encode(src, src_mask)                                 # (B, S, d_model)
     ys = torch.full((src.size(0), 1), c.bos_id, dtype=torch.long, device=src.device)
     done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
     for _ in range(steps):
