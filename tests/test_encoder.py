@@ -1,0 +1,176 @@
+"""Tests of transformer_lib.encoder (chapter 7): equality with nn.TransformerEncoderLayer/nn.TransformerEncoder
+(copied weights, padding mask, both norm modes), the padding property, bad input."""
+import warnings
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from transformer_lib.encoder import Encoder, EncoderLayer, load_torch_encoder, load_torch_encoder_layer
+from transformer_lib.masks import padding_mask
+
+D, H, FF, PAD = 16, 4, 40, 0
+
+
+def _batch(seed: int = 0, lengths=(6, 3, 5)):
+    g = torch.Generator().manual_seed(seed)
+    L = max(lengths)
+    ids = torch.randint(1, 50, (len(lengths), L), generator=g)
+    for i, n in enumerate(lengths):
+        ids[i, n:] = PAD
+    x = torch.randn(len(lengths), L, D, generator=g)
+    return ids, x
+
+
+def _reference(n_layers, norm_first, activation="relu", seed=0):
+    torch.manual_seed(seed)
+    layer = nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, batch_first=True, norm_first=norm_first,
+                                       activation=activation)
+    return nn.TransformerEncoder(layer, n_layers, norm=nn.LayerNorm(D) if norm_first else None,
+                                 enable_nested_tensor=not norm_first)
+
+
+def _run_reference(ref, x, ids, fastpath: bool):
+    torch.backends.mha.set_fastpath_enabled(fastpath)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors")
+            return ref(x, src_key_padding_mask=(ids == PAD))
+    finally:
+        torch.backends.mha.set_fastpath_enabled(True)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_layer_matches_torch(norm_first, activation):
+    torch.manual_seed(0)
+    ref = nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, batch_first=True, norm_first=norm_first,
+                                     activation=activation).eval()
+    ours = load_torch_encoder_layer(EncoderLayer(D, H, FF, 0.0, norm_first, activation=activation), ref).eval()
+    ids, x = _batch()
+    with torch.no_grad():
+        torch.backends.mha.set_fastpath_enabled(False)
+        try:
+            expected = ref(x, src_key_padding_mask=(ids == PAD))
+        finally:
+            torch.backends.mha.set_fastpath_enabled(True)
+        torch.testing.assert_close(ours(x, padding_mask(ids, PAD)), expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_matches_torch_fast_path_off_all_positions(norm_first):
+    ref = _reference(3, norm_first).eval()
+    ours = load_torch_encoder(Encoder(3, D, H, FF, 0.0, norm_first), ref).eval()
+    ids, x = _batch(1)
+    with torch.no_grad():
+        expected = _run_reference(ref, x, ids, fastpath=False)
+        torch.testing.assert_close(ours(x, padding_mask(ids, PAD)), expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_matches_torch_fast_path_on_real_positions(norm_first):
+    """PyTorch's eval fast path (nested tensors for Post-Norm) zeroes pad positions: compare real ones."""
+    ref = _reference(2, norm_first).eval()
+    ours = load_torch_encoder(Encoder(2, D, H, FF, 0.0, norm_first), ref).eval()
+    ids, x = _batch(2)
+    real = ids != PAD
+    with torch.no_grad():
+        expected = _run_reference(ref, x, ids, fastpath=True)
+        torch.testing.assert_close(ours(x, padding_mask(ids, PAD))[real], expected[real], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_matches_torch_in_training_mode_with_gradients(norm_first):
+    """Training mode (dropout 0) never takes the fast path: outputs and weight gradients agree everywhere."""
+    ref = _reference(2, norm_first).train()
+    ours = load_torch_encoder(Encoder(2, D, H, FF, 0.0, norm_first), ref).train()
+    ids, x = _batch(3)
+    out_ref = ref(x, src_key_padding_mask=(ids == PAD))
+    out_ours = ours(x, padding_mask(ids, PAD))
+    torch.testing.assert_close(out_ours, out_ref, atol=1e-5, rtol=1e-5)
+    target = torch.randn_like(out_ref)
+    ((out_ref - target) ** 2).mean().backward()
+    ((out_ours - target) ** 2).mean().backward()
+    for i in range(2):
+        pairs = [(ours.layers[i].self_attn.in_proj.weight, ref.layers[i].self_attn.in_proj_weight),
+                 (ours.layers[i].feed_forward.linear1.weight, ref.layers[i].linear1.weight),
+                 (ours.layers[i].sublayer2.norm.weight, ref.layers[i].norm2.weight)]
+        for a, b in pairs:
+            torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=1e-4)
+
+
+def test_final_norm_defaults():
+    assert isinstance(Encoder(2, D, H, FF, norm_first=False).norm, nn.Identity)
+    assert not isinstance(Encoder(2, D, H, FF, norm_first=True).norm, nn.Identity)
+    assert not isinstance(Encoder(2, D, H, FF, norm_first=False, final_norm=True).norm, nn.Identity)
+    assert isinstance(Encoder(2, D, H, FF, norm_first=True, final_norm=False).norm, nn.Identity)
+
+
+def test_paper_size_parameter_count_matches_torch():
+    ours = EncoderLayer(512, 8, 2048)
+    ref = nn.TransformerEncoderLayer(512, 8, 2048, batch_first=True)
+    n = sum(p.numel() for p in ours.parameters())
+    assert n == sum(p.numel() for p in ref.parameters()) == 3_152_384
+
+
+@settings(max_examples=20, deadline=None)
+@given(lengths=st.lists(st.integers(1, 7), min_size=1, max_size=3), extra=st.integers(0, 4),
+       seed=st.integers(0, 2**16), norm_first=st.booleans(), norm=st.sampled_from(["layer", "rms"]))
+def test_pads_never_change_real_outputs(lengths, extra, seed, norm_first, norm):
+    """Garbage at pad positions and extra pad positions leave every real position's output unchanged,
+    and each sentence gives the same outputs as it does alone, unpadded."""
+    torch.manual_seed(seed)
+    enc = Encoder(2, D, H, FF, dropout=0.0, norm_first=norm_first, norm=norm).eval()
+    ids, x = _batch(seed, tuple(lengths))
+    with torch.no_grad():
+        base = enc(x, padding_mask(ids, PAD))
+        B, L = ids.shape
+        ids2 = torch.cat([ids, torch.full((B, extra), PAD)], dim=1)
+        x2 = torch.cat([x, torch.zeros(B, extra, D)], dim=1)
+        x2[ids2 == PAD] = 50 * torch.randn(int((ids2 == PAD).sum()), D)
+        padded = enc(x2, padding_mask(ids2, PAD))
+        for i, n in enumerate(lengths):
+            torch.testing.assert_close(padded[i, :n], base[i, :n], atol=1e-5, rtol=1e-5)
+            alone = enc(x[i:i + 1, :n])[0]
+            torch.testing.assert_close(alone, base[i, :n], atol=1e-5, rtol=1e-5)
+
+
+def test_mask_matters():
+    """Guard against a test that cannot fail: without the mask, pad garbage does change real outputs."""
+    torch.manual_seed(0)
+    enc = Encoder(2, D, H, FF, dropout=0.0).eval()
+    ids, x = _batch(0)
+    x2 = x.clone()
+    x2[ids == PAD] = 50.0
+    with torch.no_grad():
+        assert not torch.allclose(enc(x)[1, :3], enc(x2)[1, :3], atol=1e-3)
+
+
+def test_load_checks():
+    ref = _reference(2, norm_first=False)
+    with pytest.raises(ValueError, match="layer counts"):
+        load_torch_encoder(Encoder(3, D, H, FF), ref)
+    with pytest.raises(ValueError, match="final norm"):
+        load_torch_encoder(Encoder(2, D, H, FF, final_norm=True), ref)
+    with pytest.raises(ValueError, match="norm_first"):
+        load_torch_encoder_layer(EncoderLayer(D, H, FF, norm_first=True), ref.layers[0])
+    with pytest.raises(ValueError, match="LayerNorm"):
+        load_torch_encoder_layer(EncoderLayer(D, H, FF, norm="rms"), ref.layers[0])
+    with pytest.raises(TypeError):
+        load_torch_encoder(Encoder(2, D, H, FF), ref.layers[0])
+
+
+@pytest.mark.parametrize("build, word", [
+    (lambda: Encoder(0, D, H, FF), "n_layers"),
+    (lambda: EncoderLayer(15, 4, FF), "divisible"),
+    (lambda: EncoderLayer(D, H, FF, activation="tanh"), "activation"),
+    (lambda: EncoderLayer(D, H, FF, norm="batch"), "norm"),
+    (lambda: Encoder(1, D, H, FF)(torch.randn(2, 5, D + 1)), "shape"),
+    (lambda: Encoder(1, D, H, FF)(torch.randn(2, 5, D), torch.ones(2, 1, 1, 4, dtype=torch.bool)), "mask"),
+    (lambda: Encoder(1, D, H, FF)(torch.randn(2, 5, D), torch.ones(2, 1, 1, 5)), "boolean"),
+])
+def test_bad_input(build, word):
+    with pytest.raises(ValueError, match=word):
+        build()
