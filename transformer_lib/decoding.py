@@ -1,7 +1,7 @@
 """Generated from book/11_decoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 8ebbe24b2e087c76
+# digest: e4659082e1624e21
 # fmt: off
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def _merge_finished(fin_ids, fin_scores, new_ids, new_scores, pad_id):
 
 def beam_search(model: Transformer, src: torch.Tensor, beam_size: int = 4, max_len: int | None = None,
                 length_penalty: float = 0.6, use_cache: bool = True, *, length_norm: str = "gnmt",
-                count_bos: bool = False, n_best: int | None = None):
+                count_bos: bool = False, early_stopping: bool = False, n_best: int | None = None):
     """Beam search over a batch: the B sentences × beam_size beams run as one (B·beam_size, …) batch.
 
     src (B, S) -> ids (B, T), the best hypothesis of each sentence, laid out as :func:`greedy_decode`'s
@@ -164,7 +164,11 @@ def beam_search(model: Transformer, src: torch.Tensor, beam_size: int = 4, max_l
     * Each step ranks the 2·beam_size best continuations by log-probability. One that ends in eos and
       ranks among the first beam_size joins the sentence's finished hypotheses (kept apart, never
       extended); the beam_size best that do not end in eos are the new beams.
-    * Stopping rule: a sentence is done when it has beam_size finished hypotheses. The search stops when
+    * Stopping rule: a sentence is done when it has beam_size finished hypotheses and its best live
+      beam, scored at its current length, does not beat the worst of them (exact for alpha = 0, since
+      log-probabilities only fall as a beam grows; a heuristic for alpha > 0); with
+      ``early_stopping=True``, as soon as it has beam_size finished hypotheses (the study notes' rule,
+      also fairseq's). The search stops when
       every sentence is done, or after ``max_len`` new tokens, when the live beams join the finished
       ones. With beam_size = 1 the result is greedy decoding's.
 
@@ -224,7 +228,10 @@ def beam_search(model: Transformer, src: torch.Tensor, beam_size: int = 4, max_l
             ys = torch.cat([ys.index_select(0, index), token.view(-1, 1)], dim=1)           # (B·k, t + 1)
             stepper.reorder(index)                                                          # cache, memory, mask follow
             n = k
-            done |= torch.isfinite(fin_scores).sum(dim=1) >= k
+            if early_stopping:                                                              # the notes' rule: k finished
+                done |= torch.isfinite(fin_scores[:, -1])
+            else:                                                                           # and no live beam scores better
+                done |= fin_scores[:, -1] >= normalised(live_logp[:, 0], t)
             if bool(done.all()):
                 break
             if t == max_len:                                                                # out of room: live beams finish
@@ -253,8 +260,8 @@ def sampling_distribution(logits: torch.Tensor, temperature: float = 1.0, top_k:
                           top_p: float = 1.0) -> torch.Tensor:
     """The distribution :func:`sample` draws from: logits (…, V) -> probabilities (…, V), float32.
 
-    In this order: divide the logits by ``temperature``; keep the ``top_k`` largest (exactly k, ties
-    broken by position; 0 keeps all); softmax; keep the nucleus, the smallest set of most probable
+    In this order: divide the logits by ``temperature``; keep the ``top_k`` largest (exactly k: ties at
+    the boundary are broken by ``torch.topk``; 0 keeps all); softmax; keep the nucleus, the smallest set of most probable
     tokens whose probabilities add up to at least ``top_p`` (1 keeps all); renormalise.
     """
     _check_sampling(temperature, top_k, top_p)

@@ -1,0 +1,390 @@
+"""Tests of transformer_lib.decoding (chapter 11): KV-cache decoding equals full decoding, beam size 1
+equals greedy, sampling limits equal greedy, sampled frequencies match the filtered distribution, beam
+search against a plain one-sentence reference, reported scores against teacher-forced log-probs, bad
+input. Models are tiny and in float64, so that cached and uncached decoding cannot differ by rounding."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import transformer_lib as tl
+from transformer_lib.decoding import (beam_search, greedy_decode, length_penalty_factor, sample,
+                                      sampling_distribution)
+
+torch.set_num_threads(1)
+PAD, BOS, EOS = 0, 1, 2
+
+
+def make_model(seed: int = 0, V: int = 10, norm_first: bool = False, eos_boost: float = 1.5, n_layers: int = 2):
+    """A random-weight float64 model. ``eos_boost`` scales the (tied) eos row so that eos is chosen
+    often enough for finished sentences to be exercised."""
+    torch.manual_seed(seed)
+    cfg = tl.TransformerConfig(V, V, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=n_layers,
+                               d_ff=32, dropout=0.1, norm_first=norm_first, max_len=40)
+    model = tl.Transformer(cfg).double()
+    with torch.no_grad():
+        model.tgt_embed.weight[EOS] *= eos_boost
+    return model
+
+
+def make_src(seed: int, B: int, S: int, V: int = 10) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(3, V, (B, S), generator=g)
+    lengths = torch.randint(1, S + 1, (B,), generator=g)
+    src[torch.arange(S)[None, :] >= lengths[:, None]] = PAD                    # right padding
+    return src
+
+
+@pytest.fixture(scope="module")
+def model():
+    return make_model(4)          # 8 of the 12 fixture sentences finish under greedy decoding, 4 do not
+
+
+@pytest.fixture(scope="module")
+def src():
+    return make_src(0, 12, 6)
+
+
+# ---------------------------------------------------------------- the cache
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), norm_first=st.booleans(), B=st.integers(1, 4), steps=st.integers(1, 8))
+def test_cached_logits_equal_full_recomputation(seed, norm_first, B, steps):
+    model = make_model(seed % 7, norm_first=norm_first).eval()
+    x = make_src(seed, B, 5)
+    mask = tl.padding_mask(x, PAD)
+    ys = torch.cat([torch.full((B, 1), BOS), torch.randint(3, 10, (B, steps), generator=torch.Generator().manual_seed(seed))], 1)
+    with torch.no_grad():
+        memory = model.encode(x, mask)
+        full = model.decode(ys, memory, mask)                                     # (B, T, V)
+        cache = model.new_cache()
+        for t in range(ys.size(1)):
+            step = model.decode(ys[:, t:t + 1], memory, mask, cache)[:, -1]
+            torch.testing.assert_close(step, full[:, t], rtol=1e-9, atol=1e-9)
+    assert cache.length == ys.size(1)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), norm_first=st.booleans(), k=st.integers(1, 4))
+def test_cached_and_uncached_give_the_same_tokens(seed, norm_first, k):
+    model = make_model(seed % 5, norm_first=norm_first, eos_boost=1.0 + (seed % 3) * 0.5)
+    x = make_src(seed, 5, 6)
+    assert torch.equal(greedy_decode(model, x, 12), greedy_decode(model, x, 12, use_cache=False))
+    assert torch.equal(beam_search(model, x, k, 12), beam_search(model, x, k, 12, use_cache=False))
+    a = sample(model, x, 12, temperature=1.3, top_k=5, top_p=0.9, generator=torch.Generator().manual_seed(seed))
+    b = sample(model, x, 12, temperature=1.3, top_k=5, top_p=0.9, generator=torch.Generator().manual_seed(seed),
+               use_cache=False)
+    assert torch.equal(a, b)
+
+
+# ---------------------------------------------------------------- greedy
+
+def test_greedy_layout_and_finished_rows_padded(model, src):
+    out = greedy_decode(model, src, 15)
+    assert out.dtype == torch.long and out[:, 0].eq(BOS).all()
+    assert not (out[:, 1:] == BOS).any()
+    finished = (out == EOS).any(1)
+    assert finished.any() and (~finished).any() or out.size(1) < 16        # this fixture exercises both
+    for row in out:
+        hits = (row == EOS).nonzero()
+        if len(hits):
+            e = int(hits[0])
+            assert row[e + 1:].eq(PAD).all()                              # padded after eos
+            assert not row[1:e].eq(PAD).any()                             # no pad before it
+    # stops once every row is finished; otherwise runs max_len tokens
+    assert out.size(1) == 16 or finished.all()
+
+
+def test_greedy_matches_a_one_sentence_reference(model, src):
+    """Each sentence decoded alone by a plain loop (argmax of full recomputation) = the batched output."""
+    out = greedy_decode(model, src, 15)
+    model.eval()
+    for i in range(src.size(0)):
+        x = src[i:i + 1]
+        ys = torch.tensor([[BOS]])
+        with torch.no_grad():
+            memory = model.encode(x)
+            for _ in range(15):
+                logits = model.decode(ys, memory, tl.padding_mask(x, PAD))[0, -1].clone()
+                logits[[PAD, BOS]] = -math.inf
+                ys = torch.cat([ys, logits.argmax().view(1, 1)], 1)
+                if ys[0, -1] == EOS:
+                    break
+        ref = ys[0]
+        assert torch.equal(out[i, :len(ref)], ref)
+        assert out[i, len(ref):].eq(PAD).all()
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000))
+def test_batch_rows_are_independent(seed):
+    model = make_model(seed % 5)
+    x = make_src(seed, 4, 6)
+    for fn in (lambda s: greedy_decode(model, s, 10), lambda s: beam_search(model, s, 3, 10)):
+        batch = fn(x)
+        for i in range(4):
+            alone = fn(x[i:i + 1])[0]
+            assert torch.equal(batch[i, :len(alone)], alone) and batch[i, len(alone):].eq(PAD).all()
+
+
+# ---------------------------------------------------------------- beam search
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), alpha=st.sampled_from([0.0, 0.6, 1.0, 2.0]),
+       norm=st.sampled_from(["gnmt", "power"]))
+def test_beam_size_one_is_greedy(seed, alpha, norm):
+    model = make_model(seed % 5, eos_boost=1.0 + (seed % 4) * 0.4)
+    x = make_src(seed, 6, 5)
+    greedy = greedy_decode(model, x, 12)
+    for early in (False, True):
+        assert torch.equal(beam_search(model, x, 1, 12, length_penalty=alpha, length_norm=norm,
+                                       early_stopping=early), greedy)
+
+
+def _reference_beam(model, x, k, max_len, alpha, norm, count_bos, early_stopping):
+    """One sentence, plain Python lists, full recomputation: the rule beam_search documents."""
+    model.eval()
+    V = model.config.tgt_vocab_size
+    with torch.no_grad():
+        memory, mask = model.encode(x), tl.padding_mask(x, PAD)
+        beams = [([BOS], 0.0)]
+        finished = []
+        for t in range(1, max_len + 1):
+            cands = []
+            for seq, lp in beams:
+                logits = model.decode(torch.tensor([seq]), memory, mask)[0, -1].float().double()
+                logits[[PAD, BOS]] = -math.inf
+                logp = torch.log_softmax(logits, -1)
+                cands += [(lp + logp[w].item(), seq + [w]) for w in range(V)]
+            cands.sort(key=lambda c: -c[0])
+            cands = cands[:2 * k]
+            lp_t = length_penalty_factor(t + int(count_bos), alpha, norm)
+            for r, (lp, seq) in enumerate(cands):
+                if seq[-1] == EOS and r < k:
+                    finished.append((lp / lp_t, seq))
+            beams = [(seq, lp) for lp, seq in cands if seq[-1] != EOS][:k]
+            finished.sort(key=lambda f: -f[0])
+            if len(finished) >= k and (early_stopping or finished[k - 1][0] >= beams[0][1] / lp_t):
+                break
+            if t == max_len:
+                finished += [(lp / lp_t, seq) for seq, lp in beams]
+        finished.sort(key=lambda f: -f[0])
+        return finished
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), k=st.integers(2, 4), alpha=st.sampled_from([0.0, 0.6, 1.5]),
+       norm=st.sampled_from(["gnmt", "power"]), count_bos=st.booleans(), early_stopping=st.booleans())
+def test_beam_search_matches_a_one_sentence_reference(seed, k, alpha, norm, count_bos, early_stopping):
+    model = make_model(seed % 5, V=8, eos_boost=1.0 + (seed % 3) * 0.5, n_layers=1)
+    x = make_src(seed, 3, 4, V=8)
+    ids, scores = beam_search(model, x, k, 6, length_penalty=alpha, length_norm=norm, count_bos=count_bos,
+                              early_stopping=early_stopping, n_best=k)
+    for i in range(3):
+        ref = _reference_beam(model, x[i:i + 1], k, 6, alpha, norm, count_bos, early_stopping)[:k]
+        torch.testing.assert_close(scores[i], torch.tensor([s for s, _ in ref], dtype=scores.dtype),
+                                   rtol=1e-5, atol=1e-5)
+        for j, (_, seq) in enumerate(ref):
+            assert ids[i, j, :len(seq)].tolist() == seq and ids[i, j, len(seq):].eq(PAD).all()
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), k=st.integers(2, 4), alpha=st.sampled_from([0.0, 0.6, 1.5]))
+def test_searching_on_never_lowers_the_best_score(seed, k, alpha):
+    """Until the notes' rule stops, both rules run the same search; after it, finished sets only grow."""
+    model = make_model(seed % 5, eos_boost=1.0 + (seed % 3) * 0.5)
+    x = make_src(seed, 5, 5)
+    _, late = beam_search(model, x, k, 10, length_penalty=alpha, n_best=1)
+    _, early = beam_search(model, x, k, 10, length_penalty=alpha, n_best=1, early_stopping=True)
+    assert (late >= early - 1e-6).all()
+
+
+def test_n_best_scores_are_teacher_forced_log_probs(model, src):
+    ids, scores = beam_search(model, src, 4, 12, n_best=4)
+    assert ids.shape[:2] == (src.size(0), 4) and scores.shape == (src.size(0), 4)
+    assert (scores[:, :-1] >= scores[:, 1:]).all()
+    model.eval()
+    for j in range(4):
+        hyp = ids[:, j]                                                         # (B, T)
+        with torch.no_grad():
+            logits = model(src, hyp[:, :-1]).double()
+        logits[..., [PAD, BOS]] = -math.inf                                     # as the decoders do
+        logp = torch.log_softmax(logits, -1)
+        tok = logp.gather(-1, hyp[:, 1:, None])[..., 0]
+        real = hyp[:, 1:] != PAD
+        total, length = tok.masked_fill(~real, 0.0).sum(-1), real.sum(-1)
+        expected = total / length_penalty_factor(length.double(), 0.6, "gnmt")
+        torch.testing.assert_close(scores[:, j].double(), expected, rtol=1e-5, atol=1e-5)
+    best = beam_search(model, src, 4, 12)
+    assert torch.equal(best, ids[:, 0, :best.size(1)]) and ids[:, 0, best.size(1):].eq(PAD).all()
+
+
+def test_first_step_does_not_duplicate_the_beam(model, src):
+    ids, _ = beam_search(model, src, 4, 12, n_best=4)
+    for i in range(src.size(0)):
+        hyps = {tuple(h[h != PAD].tolist()) for h in ids[i]}
+        assert len(hyps) == 4                                                  # four different hypotheses
+
+
+def test_length_penalty_factor():
+    assert length_penalty_factor(7, 0.6, "gnmt") == pytest.approx((12 / 6) ** 0.6)
+    assert length_penalty_factor(7, 0.6, "power") == pytest.approx(7 ** 0.6)
+    assert length_penalty_factor(1, 0.6, "gnmt") == pytest.approx(1.0)
+    assert length_penalty_factor(9, 0.0, "power") == 1.0
+    with pytest.raises(ValueError, match="length_norm"):
+        length_penalty_factor(3, 0.6, "linear")
+
+
+def test_length_penalty_favours_longer_outputs(model, src):
+    """Raising alpha never shortens the chosen outputs on average: raw log-probs favour short ones."""
+    lengths = [(beam_search(model, src, 4, 12, length_penalty=a) != PAD).sum(1).float().mean().item()
+               for a in (0.0, 2.0)]
+    assert lengths[1] >= lengths[0]
+
+
+# ---------------------------------------------------------------- sampling
+
+def _reference_distribution(logits, temperature, top_k, top_p):
+    """The documented filter, written as plain Python over a sorted list."""
+    z = [v / temperature for v in logits.tolist()]
+    order = sorted(range(len(z)), key=lambda i: (-z[i], i))
+    keep = set(order[:top_k]) if top_k else set(order)
+    m = max(z[i] for i in keep)
+    w = {i: math.exp(z[i] - m) for i in keep}
+    total = sum(w.values())
+    p = {i: w[i] / total for i in keep}
+    kept, mass = [], 0.0
+    for i in [i for i in order if i in keep]:
+        if kept and mass >= top_p:
+            break
+        kept.append(i)
+        mass += p[i]
+    total = sum(p[i] for i in kept)
+    return torch.tensor([p[i] / total if i in kept else 0.0 for i in range(len(z))], dtype=torch.float64)
+
+
+@settings(max_examples=60, deadline=None)
+@given(logits=st.lists(st.floats(-5, 5, allow_nan=False, width=32), min_size=2, max_size=12),   # float32 values: the function works in float32
+       temperature=st.sampled_from([0.3, 1.0, 2.5]), top_k=st.integers(0, 12),
+       top_p=st.sampled_from([0.1, 0.5, 0.9, 1.0]))
+def test_sampling_distribution_matches_a_plain_reference(logits, temperature, top_k, top_p):
+    z = torch.tensor(logits, dtype=torch.float64)
+    got = sampling_distribution(z, temperature, top_k, top_p).double()
+    ref = _reference_distribution(z, temperature, top_k, top_p)
+    assert abs(got.sum().item() - 1.0) < 1e-6                                  # float32 rounding
+    if top_k == 0 and top_p == 1.0:
+        torch.testing.assert_close(got, torch.softmax(z / temperature, -1), rtol=1e-5, atol=1e-6)
+    if 0 < top_k < len(logits) and top_p == 1.0:
+        assert int((got > 0).sum()) == top_k                                   # exactly k, ties or not
+    kept, dropped = z[got > 0], z[got == 0]
+    if len(dropped):
+        assert kept.min() >= dropped.max()                                     # only the most probable kept
+    # tied logits may be kept in another order than the reference's: compare the sorted probabilities;
+    # the nucleus boundary is a comparison of float sums, so skip the knife-edge cases
+    mass = torch.sort(ref, descending=True).values.cumsum(0)
+    if not ((mass - top_p).abs() < 1e-4).any():
+        torch.testing.assert_close(torch.sort(got).values, torch.sort(ref).values, rtol=1e-4, atol=1e-5)
+
+
+def test_top_k_keeps_exactly_k_on_ties_and_nucleus_is_the_smallest_set():
+    p = sampling_distribution(torch.tensor([2.0, 1.0, 1.0, 1.0, 0.0]), top_k=2)
+    assert int((p > 0).sum()) == 2
+    p = sampling_distribution(torch.tensor([0.5, 0.25, 0.25]).log(), top_p=0.75)
+    assert (p > 0).tolist() == [True, True, False]
+    p = sampling_distribution(torch.tensor([0.5, 0.25, 0.25]).log(), top_p=0.76)
+    assert (p > 0).all()
+
+
+def test_tiny_temperature_does_not_overflow():
+    p = sampling_distribution(torch.tensor([3.0, 1.0, -2.0]), temperature=1e-30)
+    assert torch.equal(p, torch.tensor([1.0, 0.0, 0.0]))
+
+
+def test_sampling_limits_are_greedy(model, src):
+    greedy = greedy_decode(model, src, 12)
+    assert torch.equal(sample(model, src, 12, top_k=1), greedy)
+    assert torch.equal(sample(model, src, 12, top_p=1e-9), greedy)
+    assert torch.equal(sample(model, src, 12, temperature=1e-5), greedy)
+
+
+def test_sample_is_reproducible_with_a_generator(model, src):
+    a = sample(model, src, 12, generator=torch.Generator().manual_seed(3))
+    b = sample(model, src, 12, generator=torch.Generator().manual_seed(3))
+    c = sample(model, src, 12, generator=torch.Generator().manual_seed(4))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(temperature=0.7, top_k=4), dict(top_p=0.8), dict(temperature=1.5, top_k=6, top_p=0.9)])
+def test_sampled_frequencies_match_the_filtered_distribution(model, kw):
+    """N draws of the first token of one sentence; each token's frequency within 4.5 standard errors
+    of its probability (a false alarm has probability below 1e-4 per setting); filtered-out tokens never drawn."""
+    N = 20_000
+    x = make_src(5, 1, 6)
+    first = sample(model, x.expand(N, -1), 1, generator=torch.Generator().manual_seed(0), **kw)[:, 1]
+    model.eval()
+    with torch.no_grad():
+        logits = model.decode(torch.tensor([[BOS]]), model.encode(x), tl.padding_mask(x, PAD))[0, -1].clone()
+    logits[[PAD, BOS]] = -math.inf
+    p = sampling_distribution(logits, **kw).double()
+    freq = torch.bincount(first, minlength=p.numel()).double() / N
+    tol = 4.5 * (p * (1 - p) / N).sqrt()
+    assert ((freq - p).abs() <= tol).all(), (freq, p)
+    assert freq[p == 0].eq(0).all()
+
+
+# ---------------------------------------------------------------- modes, devices, bad input
+
+def test_model_mode_restored_and_no_grad(model, src):
+    model.train()
+    out = greedy_decode(model, src, 5)
+    assert model.training and not out.requires_grad
+    beam_search(model, src, 2, 5)
+    sample(model, src, 5)
+    assert model.training
+    model.eval()
+
+
+def test_dropout_is_off_while_decoding(model, src):
+    model.train()
+    a, b = greedy_decode(model, src, 10), greedy_decode(model, src, 10)
+    model.eval()
+    assert torch.equal(a, b) and torch.equal(a, greedy_decode(model, src, 10))
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda m, s: beam_search(m, s, beam_size=0), "beam_size"),
+    (lambda m, s: beam_search(m, s, beam_size=2.0), "beam_size"),
+    (lambda m, s: beam_search(m, s, beam_size=8), "beam_size"),               # V = 10 less pad, bos, eos
+    (lambda m, s: beam_search(m, s, 2, n_best=3), "n_best"),
+    (lambda m, s: beam_search(m, s, 2, length_penalty=float("nan")), "length_penalty"),
+    (lambda m, s: beam_search(m, s, 2, length_norm="linear"), "length_norm"),
+    (lambda m, s: sample(m, s, 5, top_k=-1), "top_k"),
+    (lambda m, s: sample(m, s, 5, top_p=0.0), "top_p"),
+    (lambda m, s: sample(m, s, 5, top_p=1.5), "top_p"),
+    (lambda m, s: sample(m, s, 5, temperature=0.0), "temperature"),
+    (lambda m, s: sample(m, s, 5, temperature=-1.0), "temperature"),
+    (lambda m, s: sample(m, s, 5, temperature=float("inf")), "temperature"),
+    (lambda m, s: greedy_decode(m, s, 0), "max_len"),
+    (lambda m, s: greedy_decode(m, s, 41), "max_len"),                        # beyond config.max_len
+    (lambda m, s: beam_search(m, s, 2, max_len=0), "max_len"),
+    (lambda m, s: sample(m, s, -3), "max_len"),
+    (lambda m, s: greedy_decode(m, s.float(), 5), "src"),
+    (lambda m, s: greedy_decode(m, s[0], 5), "src"),
+    (lambda m, s: greedy_decode(m, s[:0], 5), "src"),
+    (lambda m, s: beam_search(m, s + 100, 2), "src"),
+    (lambda m, s: sample(m, s[None], 5), "src"),
+])
+def test_bad_input_raises_value_error_naming_the_argument(model, src, call, match):
+    with pytest.raises(ValueError, match=match):
+        call(model, src)
+
+
+def test_bad_types():
+    with pytest.raises(TypeError, match="model"):
+        greedy_decode(torch.nn.Linear(2, 2), torch.ones(1, 2, dtype=torch.long), 3)
+    with pytest.raises(TypeError, match="generator"):
+        sample(make_model(), make_src(0, 1, 3), 3, generator=0)
