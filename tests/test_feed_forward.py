@@ -96,3 +96,28 @@ def test_bad_dropout():
 def test_wrong_width_input():
     with pytest.raises(ValueError, match="d_model=8"):
         PositionwiseFeedForward(8, 32)(torch.randn(2, 3, 7))
+
+
+def test_attention_stack_without_ffn_is_affine_on_repeated_tokens():
+    """Chapter 5's claim: with every token equal, attention-only layers (with residuals) are an affine map
+    of the token; adding the FFN breaks additivity."""
+    from transformer_lib.attention import MultiHeadAttention
+
+    torch.manual_seed(0)
+    attns = [MultiHeadAttention(16, 4).eval() for _ in range(4)]
+    ffns = [PositionwiseFeedForward(16, 64).eval() for _ in range(4)]
+
+    @torch.no_grad()
+    def f(x, with_ffn):
+        for a, m in zip(attns, ffns):
+            x = x + a(x, x, x)
+            if with_ffn:
+                x = x + m(x)
+        return x
+
+    x = torch.randn(1, 1, 16).expand(2, 5, 16)
+    y = torch.randn(1, 1, 16).expand(2, 5, 16)
+    zero = torch.zeros(2, 5, 16)
+    for with_ffn, affine in ((False, True), (True, False)):
+        g = lambda t: f(t, with_ffn) - f(zero, with_ffn)
+        assert torch.allclose(g(x + y), g(x) + g(y), atol=1e-5) is affine
