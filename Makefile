@@ -4,12 +4,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
-export MPLBACKEND := Agg
 
-.PHONY: setup export check test test-lib test-notebooks book bench clean help
+.PHONY: setup export check test test-lib test-notebooks book check-pages bench clean help
 
 help:
-	@echo "make book   - set up .venv, check the export, execute every chapter, build the HTML into _build/html"
+	@echo "make book   - set up .venv, check the export, execute every chapter, build the HTML into _build/html,"
+	@echo "              then check every page in headless Chromium (make check-pages)"
 	@echo "make test   - set up .venv, check the export, run pytest on tests/ and nbval on every chapter"
 	@echo "make export - regenerate transformer_lib/ from the chapters"
 	@echo "make bench  - run the benchmarks (ratios against PyTorch's own modules)"
@@ -32,19 +32,27 @@ check: $(STAMP)
 	$(BIN)/python tools/export.py --check
 
 test-lib: check
-	$(BIN)/python -m pytest -q -n 2 tests/
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 tests/
 
 test-notebooks: check
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --nbval-lax --nbval-current-env book/
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile --nbval-lax --nbval-current-env book/
 
 test: test-lib test-notebooks
 
 book: check
 	rm -rf _build/html _build/.doctrees
 	$(BIN)/jupyter-book build . --all -W -n --keep-going
+	$(MAKE) --no-print-directory check-pages
+
+# Every built page in headless Chromium (Debian's chromium, installed with apt-get when missing), offline:
+# fails on maths left raw, a missing image, a dead internal link or anchor, a JavaScript error.
+# Screenshots of each chapter's first screen go to _build/screenshots.
+check-pages: $(STAMP)
+	$(BIN)/python tools/check_pages.py --self-test
+	$(BIN)/python tools/check_pages.py _build/html
 
 bench: $(STAMP)
-	@for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+	@for f in $(filter-out benchmarks/common.py,$(wildcard benchmarks/*.py)); do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
 clean:
 	rm -rf _build .pytest_cache

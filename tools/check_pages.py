@@ -134,7 +134,9 @@ PAGE_PROBE = r"""
   }
   out.ids = Array.from(document.querySelectorAll("[id]")).map((el) => el.id)
       .concat(Array.from(document.querySelectorAll("a[name]")).map((el) => el.getAttribute("name")));
-  out.links = Array.from(document.querySelectorAll("a[href]")).map((a) => a.href);
+  out.links = Array.from(document.querySelectorAll(
+      'a[href], area[href], link[href][rel~="next"], link[href][rel~="prev"], link[href][rel~="index"], link[href][rel~="search"]'))
+      .map((a) => a.href);
   out.downloadIpynb = Array.from(document.querySelectorAll("a.btn-download-source-button"))
       .map((a) => a.href).filter((h) => h.split("?")[0].endsWith(".ipynb"));
   out.libraryBox = document.querySelectorAll(".tl-chapter-box").length;

@@ -207,6 +207,26 @@ def _note_aliases(app, env) -> None:
                 py.objects[short] = entry._replace(aliased=True)
 
 
+def _resolve_short_name(app, env, node, contnode):
+    """A docstring's ``:class:`TransformerConfig``` written in another module: resolve a bare public name
+    of the package (unique across its modules) to the object it names, as a reader would expect."""
+    if node.get("refdomain") != "py" or node.get("reftype") not in ("class", "func", "meth", "obj", "data", "exc"):
+        return None
+    target = node.get("reftarget", "").lstrip("~.")
+    if target.startswith(PACKAGE + ".") and target.count(".") == 1:
+        target = target.split(".", 1)[1]
+    if "." in target:
+        return None
+    owners = [m for m, names in _library(app)["all"].items() if target in names]
+    if len(owners) != 1:
+        return None
+    full = f"{PACKAGE}.{owners[0]}.{target}"
+    py = env.get_domain("py")
+    if full not in py.objects:
+        return None
+    return py.resolve_xref(env, node.get("refdoc", env.docname), app.builder, node["reftype"], full, node, contnode)
+
+
 def _process_docstring(app, what, name, obj, options, lines) -> None:
     lib = _library(app)
     parts = name.split(".")
@@ -373,6 +393,71 @@ def _machine() -> str:
     return f"{cores} CPU core{'s' if cores != 1 else ''}, {gpu}"
 
 
+# ------------------------------------------------------------------------------------------ run times
+
+
+class RunTimesNode(nodes.General, nodes.Element):
+    """Placeholder for the table of the chapters' run times, filled in once every notebook has run."""
+
+
+class ChapterRunTimes(SphinxDirective):
+    """``{chapter-run-times}``: a table of each chapter notebook's execution time in this build."""
+
+    has_content = False
+
+    def run(self):
+        return [RunTimesNode()]
+
+
+def _fill_run_times(app, doctree, fromdocname) -> None:
+    from myst_nb.sphinx_ import NbMetadataCollector
+
+    env = app.env
+    for placeholder in list(doctree.findall(RunTimesNode)):
+        docs = sorted((d for d in env.found_docs if env.doc2path(d).endswith(".ipynb")), key=_chapter_order)
+        table = nodes.table(classes=["tl-run-times"])
+        group = nodes.tgroup(cols=3)
+        table += group
+        for width in (60, 20, 20):
+            group += nodes.colspec(colwidth=width)
+        head = nodes.thead()
+        group += head
+        body = nodes.tbody()
+        group += body
+        head += _row(["Chapter", "Run time", "Result"])
+        total = 0.0
+        for docname in docs:
+            data = NbMetadataCollector.get_exec_data(env, docname) or {}
+            runtime = data.get("runtime")
+            link = nodes.reference("", "", internal=True, refuri=app.builder.get_relative_uri(fromdocname, docname))
+            if docname in env.titles:
+                link += [child.deepcopy() for child in env.titles[docname].children]
+            else:
+                link += nodes.Text(docname)
+            if not data:
+                result = "not executed"
+            elif data.get("succeeded"):
+                result = "ran to the end"
+            else:
+                result = f"failed ({data.get('error') or 'error'})"
+            if runtime is not None:
+                total += runtime
+            body += _row([link, f"{runtime:.1f} s" if runtime is not None else "\u2013", result])
+        body += _row([nodes.strong("", "All chapters"), nodes.strong("", f"{total:.1f} s"), f"({_machine()})"])
+        placeholder.replace_self(table)
+
+
+def _row(cells) -> nodes.row:
+    row = nodes.row()
+    for cell in cells:
+        entry = nodes.entry()
+        para = nodes.paragraph()
+        para += cell if isinstance(cell, nodes.Node) else nodes.Text(cell)
+        entry += para
+        row += entry
+    return row
+
+
 # -------------------------------------------------------------------------------------- env bookkeeping
 
 
@@ -408,12 +493,16 @@ def setup(app):
     app.setup_extension("sphinx.ext.autodoc")
     app.add_directive("transformer-lib-api", TransformerLibAPI)
     app.add_role("tl-defined-in", _defined_in_role)
+    app.add_node(RunTimesNode)
+    app.add_directive("chapter-run-times", ChapterRunTimes)
+    app.connect("doctree-resolved", _fill_run_times)
     app.connect("config-inited", _static_path)
     app.add_css_file("library_links.css")
     app.connect("autodoc-process-docstring", _process_docstring)
     app.connect("doctree-read", _on_doctree_read)
     app.connect("env-updated", _note_aliases)
     app.connect("missing-reference", _resolve_defined_in)
+    app.connect("missing-reference", _resolve_short_name)
     app.connect("html-page-context", _maths_on_page, priority=400)  # before sphinx.ext.mathjax (500)
     app.connect("env-purge-doc", _purge)
     app.connect("env-merge-info", _merge)
