@@ -174,3 +174,20 @@ def test_load_checks():
 def test_bad_input(build, word):
     with pytest.raises(ValueError, match=word):
         build()
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("norm", ["layer", "rms"])
+def test_autocast_bfloat16(norm_first, norm):
+    """Under CPU autocast with bfloat16 the encoder runs, stays finite, and stays close to float32."""
+    torch.manual_seed(0)
+    enc = Encoder(2, D, H, FF, dropout=0.0, norm_first=norm_first, norm=norm).eval()
+    ids, x = _batch(4)
+    mask = padding_mask(ids, PAD)
+    with torch.no_grad():
+        ref = enc(x, mask)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = enc(x, mask)
+    assert torch.isfinite(out).all()
+    real = ids != PAD
+    torch.testing.assert_close(out.float()[real], ref[real], atol=5e-2, rtol=5e-2)
