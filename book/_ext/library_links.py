@@ -372,12 +372,13 @@ def _runtime_paragraph(app, env, docname):
         text = "not measured"
         rest = " (the notebook was not executed in this build)"
     para += nodes.inline(text, text, classes=["tl-runtime"])
-    para += nodes.Text(rest + ". ")
+    para += nodes.Text(rest + ".")
     nb_file = posixpath.relpath(f"_sources/{docname}.ipynb", posixpath.dirname(docname))
-    para += nodes.strong("Notebook ", "Notebook ")
-    para += nodes.reference("", posixpath.basename(nb_file), refuri=nb_file, classes=["tl-download"])
-    para += nodes.Text(" (to run it yourself; also under the download button above)")
-    return para
+    download = nodes.paragraph()
+    download += nodes.strong("Notebook ", "Notebook ")
+    download += nodes.reference("", posixpath.basename(nb_file), refuri=nb_file, classes=["tl-download"])
+    download += nodes.Text(" to run it yourself (also under the download button at the top of the page).")
+    return [para, download]
 
 
 def _machine() -> str:
