@@ -1,7 +1,7 @@
 """Generated from book/11_decoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: e4659082e1624e21
+# digest: bd6cf27bba960de4
 # fmt: off
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def greedy_decode(model: Transformer, src: torch.Tensor, max_len: int, use_cache
     return ys
 
 
-LENGTH_NORMS = ("gnmt", "power")
+_LENGTH_NORMS = ("gnmt", "power")
 
 
 def length_penalty_factor(length: int | torch.Tensor, alpha: float, norm: str = "gnmt"):
@@ -131,7 +131,7 @@ def length_penalty_factor(length: int | torch.Tensor, alpha: float, norm: str = 
         return ((5.0 + length) / 6.0) ** alpha
     if norm == "power":
         return length ** alpha
-    raise ValueError(f"length_norm must be one of {LENGTH_NORMS}, got {norm!r}")
+    raise ValueError(f"length_norm must be one of {_LENGTH_NORMS}, got {norm!r}")
 
 
 def _merge_finished(fin_ids, fin_scores, new_ids, new_scores, pad_id):
@@ -318,4 +318,4 @@ def sample(model: Transformer, src: torch.Tensor, max_len: int, temperature: flo
     return ys
 
 
-__all__ = ['greedy_decode', 'LENGTH_NORMS', 'length_penalty_factor', 'beam_search', 'sampling_distribution', 'sample']
+__all__ = ['greedy_decode', 'length_penalty_factor', 'beam_search', 'sampling_distribution', 'sample']
