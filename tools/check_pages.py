@@ -338,7 +338,6 @@ def load_and_probe(browser: Browser, url: str, base: str, rel: str, screenshot: 
     if nav.get("errorText"):
         result.problems.append(f"navigation: {nav['errorText']}")
         return result
-    frame = nav.get("frameId")
     errors: list[str] = []
     requests: dict[str, str] = {}
     loaded = False
@@ -387,7 +386,6 @@ def load_and_probe(browser: Browser, url: str, base: str, rel: str, screenshot: 
             take(browser.events.get(timeout=remaining))
         except queue.Empty:
             continue
-    del frame
     reply = browser.send("Runtime.evaluate", {"expression": PAGE_PROBE, "awaitPromise": True,
                                              "returnByValue": True}, timeout=LOAD_TIMEOUT_S)
     if "exceptionDetails" in reply:
@@ -578,15 +576,12 @@ def self_test(chromium: str) -> int:
         missing = [w for w in wanted if not any(w in p for p in got)]
         extra = len(got) - len(wanted) if not wanted else 0
         ok = not missing and not extra and (bool(got) == bool(wanted))
-        if os.environ.get("CHECK_PAGES_VERBOSE"):
-            print("\n".join(f"      {p}" for p in got))
         failed |= not ok
         print(f"  self-test {page:<18} {'ok' if ok else 'FAILED'}: {len(got)} problem(s) found")
-        if not ok:
-            for p in got:
-                print(f"      found: {p}")
-            for w in missing:
-                print(f"      not found: {w}")
+        for p in got:
+            print(f"      found: {p}")
+        for w in missing:
+            print(f"      NOT FOUND: {w}")
     print("check_pages self-test: " + ("FAILED" if failed else "every check fires on its broken page, none on the good one"))
     return 1 if failed else 0
 
