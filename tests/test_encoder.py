@@ -158,6 +158,12 @@ def test_load_checks():
         load_torch_encoder_layer(EncoderLayer(D, H, FF, norm_first=True), ref.layers[0])
     with pytest.raises(ValueError, match="LayerNorm"):
         load_torch_encoder_layer(EncoderLayer(D, H, FF, norm="rms"), ref.layers[0])
+    with pytest.raises(ValueError, match="n_heads"):
+        load_torch_encoder_layer(EncoderLayer(D, 2, FF), ref.layers[0])
+    with pytest.raises(ValueError, match="activation"):
+        load_torch_encoder_layer(EncoderLayer(D, H, FF, activation="gelu"), ref.layers[0])
+    with pytest.raises(ValueError, match="eps"):
+        load_torch_encoder_layer(EncoderLayer(D, H, FF, eps=1e-6), ref.layers[0])
     with pytest.raises(TypeError):
         load_torch_encoder(Encoder(2, D, H, FF), ref.layers[0])
 

@@ -1,7 +1,7 @@
 """Generated from book/07_encoder.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 311e8aaebea415f4
+# digest: 3dac0b8e8461099d
 # fmt: off
 
 from __future__ import annotations
@@ -70,6 +70,13 @@ def load_torch_encoder_layer(layer: EncoderLayer, reference: nn.TransformerEncod
         raise ValueError(f"norm_first differs: reference {reference.norm_first}, layer {layer.norm_first}")
     if not isinstance(layer.sublayer1.norm, LayerNorm):
         raise ValueError("nn.TransformerEncoderLayer uses LayerNorm: build the layer with norm='layer'")
+    # settings that the weights' shapes do not reveal, and that would otherwise give silently wrong results
+    if reference.self_attn.num_heads != layer.self_attn.n_heads:
+        raise ValueError(f"n_heads differs: reference {reference.self_attn.num_heads}, layer {layer.self_attn.n_heads}")
+    if reference.activation is not layer.feed_forward.activation:
+        raise ValueError(f"activation differs: reference {reference.activation}, layer {layer.feed_forward.activation_name!r}")
+    if reference.norm1.eps != layer.sublayer1.norm.eps:
+        raise ValueError(f"eps differs: reference {reference.norm1.eps}, layer {layer.sublayer1.norm.eps}")
     attn, ref_attn = layer.self_attn, reference.self_attn
     attn.in_proj.weight.copy_(ref_attn.in_proj_weight)
     attn.in_proj.bias.copy_(ref_attn.in_proj_bias)
