@@ -388,3 +388,22 @@ def test_bad_types():
         greedy_decode(torch.nn.Linear(2, 2), torch.ones(1, 2, dtype=torch.long), 3)
     with pytest.raises(TypeError, match="generator"):
         sample(make_model(), make_src(0, 1, 3), 3, generator=0)
+
+
+def test_max_len_up_to_the_positional_table(model, src):
+    """max_len = config.max_len feeds positions 0 .. max_len - 1: allowed, and runs to the end."""
+    m = make_model(4, eos_boost=0.0)                                          # eos row zero: rarely wins
+    out = greedy_decode(m, src[:2], m.config.max_len)
+    assert out.size(1) <= m.config.max_len + 1
+    assert beam_search(m, src[:2], 2, m.config.max_len).size(1) <= m.config.max_len + 1
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_runs_under_autocast(dtype):
+    model = make_model(4).float()
+    x = make_src(1, 3, 5)
+    with torch.autocast("cpu", dtype=dtype):
+        for out in (greedy_decode(model, x, 8), beam_search(model, x, 2, 8),
+                    sample(model, x, 8, top_p=0.9, generator=torch.Generator().manual_seed(0))):
+            assert out.dtype == torch.long and out[:, 0].eq(BOS).all()
+            assert ((out >= 0) & (out < 10)).all() and not (out[:, 1:] == BOS).any()
