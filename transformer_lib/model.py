@@ -1,7 +1,7 @@
 """Generated from book/09_model.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: d1e53fc9a74f76c3
+# digest: d78cd677bf3b43e4
 # fmt: off
 
 from __future__ import annotations
@@ -152,6 +152,9 @@ class Transformer(nn.Module):
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
         """src (B, S) ids -> memory (B, S, d_model). ``src_mask`` defaults to the padding mask of ``src``."""
         self._check_ids(src, "src", self.config.src_vocab_size)
+        return self._encode(src, src_mask)
+
+    def _encode(self, src: torch.Tensor, src_mask: torch.Tensor | None) -> torch.Tensor:
         if src_mask is None:
             src_mask = padding_mask(src, self.config.pad_id)                   # (B, 1, 1, S)
         x = self.positional(self.src_embed(src))                               # (B, S, d_model)
@@ -192,7 +195,7 @@ class Transformer(nn.Module):
         """src (B, S), tgt_in (B, T) -> logits (B, T, tgt_vocab_size), in one pass (teacher forcing)."""
         self._check_ids(src, "src", self.config.src_vocab_size)
         src_mask = padding_mask(src, self.config.pad_id)                       # (B, 1, 1, S)
-        memory = self.encode(src, src_mask)                                    # (B, S, d_model)
+        memory = self._encode(src, src_mask)                                   # (B, S, d_model)
         return self.decode(tgt_in, memory, src_mask)
 
     @torch.no_grad()
