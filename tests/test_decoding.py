@@ -68,7 +68,7 @@ def test_cached_logits_equal_full_recomputation(seed, norm_first, B, steps):
     assert cache.length == ys.size(1)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), norm_first=st.booleans(), k=st.integers(1, 4))
 def test_cached_and_uncached_give_the_same_tokens(seed, norm_first, k):
     model = make_model(seed % 5, norm_first=norm_first, eos_boost=1.0 + (seed % 3) * 0.5)
@@ -119,7 +119,7 @@ def test_greedy_matches_a_one_sentence_reference(model, src):
         assert out[i, len(ref):].eq(PAD).all()
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000))
 def test_batch_rows_are_independent(seed):
     model = make_model(seed % 5)
