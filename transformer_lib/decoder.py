@@ -1,7 +1,7 @@
 """Generated from book/08_decoder.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 50d8902d614a8d8e
+# digest: d1433888909ca758
 # fmt: off
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class DecoderLayer(nn.Module):
     forward(x (B, T, d_model), memory (B, S, d_model), tgt_mask, memory_mask, cache) -> (B, T, d_model).
     ``tgt_mask`` (B or 1, 1, T, T) is the target's padding AND causal mask, for self-attention;
     ``memory_mask`` (B, 1, 1, S) is the source padding mask, for cross-attention. Both are boolean,
-    True = may attend. ``cache`` is one entry of :attr:`KVCache.layers`.
+    True = may attend. ``cache`` is one entry of ``KVCache.layers``.
     """
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, norm_first: bool = False,
