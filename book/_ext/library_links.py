@@ -171,7 +171,8 @@ class TransformerLibAPI(SphinxDirective):
 
     def run(self):
         lib = _library(self.env.app)
-        lines: list[str] = []
+        # The package itself first, so that {py:mod}`transformer_lib` resolves too.
+        lines: list[str] = ["```{eval-rst}", f".. automodule:: {PACKAGE}", "```", ""]
         mods = sorted(lib["modules"].items(), key=lambda kv: _chapter_order(kv[1]))
         for module, docname in mods:
             # Markdown (this page is MyST): a heading per module, autodoc inside {eval-rst} because
