@@ -336,8 +336,9 @@ def test_exact_match_with_an_oracle():
     loader = torch.utils.data.DataLoader(data, batch_size=3, collate_fn=PadCollate())
     assert exact_match(_CopyOracle(), loader) == 1.0
     assert exact_match(_CopyOracle(), loader, method="teacher") == 1.0
-    # an error in one sentence costs exactly one of the three
+    # an error in one sentence costs exactly one of the three, and greedy = teacher-forced exact match
     assert exact_match(_CopyOracle(wrong={4}), loader, method="teacher") == pytest.approx(2 / 3)
+    assert exact_match(_CopyOracle(wrong={4}), loader, method="greedy") == pytest.approx(2 / 3)
     with pytest.raises(ValueError, match="method"):
         exact_match(_CopyOracle(), loader, method="beam")
 
@@ -448,6 +449,17 @@ def test_train_with_bfloat16_autocast_on_cpu():
     model, loader, opt, sched = _setup(dropout=0.0)
     hist = train(model, loader, opt, sched, steps=4, amp="bf16", log_every=1, progress=False)
     assert all(math.isfinite(x) for x in hist.loss)
+
+
+def test_train_with_float16_and_grad_scaler_checkpoints_the_scaler(tmp_path, capsys):
+    model, loader, opt, sched = _setup(dropout=0.0)
+    path = tmp_path / "fp16.pt"
+    hist = train(model, loader, opt, sched, steps=4, amp="fp16", log_every=1, checkpoint_path=str(path),
+                 progress=True)
+    assert all(math.isfinite(x) for x in hist.loss)
+    state = torch.load(path, weights_only=True)
+    assert state["scaler"]["scale"] > 1 and state["step"] == 4
+    assert "loss=" in capsys.readouterr().err                      # the tqdm bar shows loss and lr
 
 
 # ---------------------------------------------------------------- many processes

@@ -1,7 +1,7 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 5defb0292308e692
+# digest: c5ef3d8a4f681705
 # fmt: off
 
 from __future__ import annotations
@@ -355,7 +355,9 @@ def exact_match(model: nn.Module, loader: Iterable[Batch], method: str = "greedy
 
     ``method="greedy"``: the model writes each target itself, one token at a time from bos, choosing the
     most probable token (what it will do at inference). ``method="teacher"``: one teacher-forced pass,
-    every position predicted from the true prefix (faster, and an upper bound on the greedy number).
+    every position predicted from the true prefix. The two give the same number (up to ties between
+    logits): until its first mistake greedy decoding reads the true prefix, so it makes a mistake exactly
+    where the teacher-forced pass makes its first one. ``"teacher"`` is the fast way to compute it.
     The model is put in eval mode and restored afterwards.
     """
     if method not in ("greedy", "teacher"):
