@@ -1,7 +1,7 @@
 """Generated from book/01_embedding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 16fd1fdd59c0b87b
+# digest: 98a1f46d5c1c9a10
 # fmt: off
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ class TokenEmbedding(nn.Module):
     """Token ids (B, L) -> vectors (B, L, d_model), multiplied by sqrt(d_model) as in the paper.
 
     The table starts from N(0, 1/d_model), so that the scaled output has unit variance and the same
-    matrix can serve as a tied output projection. ``padding_idx`` names the id whose row stays zero
-    and receives no gradient.
+    matrix can serve as a tied output projection. ``padding_idx`` names the id whose row starts at zero
+    and receives no gradient through the lookup (a tied output projection, chapter 9, does send it
+    gradient: the model can still learn to predict padding is unlikely).
     """
 
     def __init__(self, vocab_size: int, d_model: int, padding_idx: int | None = None):
