@@ -4,8 +4,9 @@
 For each ``.html`` file under the book's output folder (default ``_build/html``) the page is served from
 ``127.0.0.1`` and loaded in Debian's ``chromium`` with no network, then checked for:
 
-* **maths that did not render**: ``$$``, ``\\[``, ``\\(``, ``\\begin{`` or an inline ``$...$`` holding TeX
-  left in the page's visible text (code and program output excluded); a page with maths elements but no
+* **maths that did not render**: ``$$``, ``\\[``, ``\\(``, ``\\begin{``, a TeX command (``\\sqrt{``), a TeX
+  subscript (``_{``) or an inline ``$...$`` holding TeX left in the page's visible text (code and program
+  output excluded); a page with maths elements but no
   MathJax output; a maths element MathJax left untouched; a MathJax error (``merror``, undefined macro);
 * **images**: an ``<img>`` that does not decode (missing file or broken data), any resource answered
   with an HTTP error or that failed to load;
