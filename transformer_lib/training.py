@@ -1,7 +1,7 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: c5ef3d8a4f681705
+# digest: 3c4da18a20a69fbb
 # fmt: off
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ def shift_right(tgt: torch.Tensor, bos_id: int) -> torch.Tensor:
 class LabelSmoothingLoss(nn.Module):
     """Cross-entropy against a smoothed target: the true token gets ``1 - smoothing``, every other token
     except ``pad_id`` gets ``smoothing / (V - 2)``, the pad token gets 0 (the sources' and the Annotated
-    Transformer's definition). Positions whose target is ``pad_id`` are skipped.
+    Transformer's definition). Positions whose target is ``pad_id`` are skipped. With ``pad_id=None``
+    there is no pad token: every position counts and the V - 1 other tokens share ``smoothing``.
 
     forward(logits (N, V) or (B, T, V), target (N,) or (B, T)) -> the mean loss over the non-pad targets
     (``reduction="mean"``), or their sum (``reduction="sum"``). A batch with no real target gives 0, not NaN.
