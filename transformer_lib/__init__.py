@@ -12,8 +12,8 @@ from transformer_lib.norm import *  # noqa: F401,F403  chapter 6
 from transformer_lib.encoder import *  # noqa: F401,F403  chapter 7
 from transformer_lib.decoder import *  # noqa: F401,F403  chapter 8
 from transformer_lib.model import *  # noqa: F401,F403  chapter 9
-from transformer_lib.data import *  # noqa: F401,F403  chapter 12
 from transformer_lib.training import *  # noqa: F401,F403  chapter 10
 from transformer_lib.decoding import *  # noqa: F401,F403  chapter 11
+from transformer_lib.data import *  # noqa: F401,F403  chapter 12
 
 __version__ = "0.1.0"

@@ -1,7 +1,7 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 0880460d5f040ae6
+# digest: 82c0e6b76ce67092
 # fmt: off
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ class ModelDirError(ValueError):
 
 def save_model_dir(path, model: Transformer, tokenizer: BPETokenizer, **training) -> Path:
     """Write ``model`` and ``tokenizer`` to the directory ``path``: ``config.json`` (the
-    :class:`TransformerConfig`), ``tokenizer.json`` and ``model.safetensors`` (the weights; tied weights
-    are stored once). Keyword arguments, if any, go to ``training.json`` as a record of the run."""
+    :class:`~transformer_lib.model.TransformerConfig`), ``tokenizer.json`` and ``model.safetensors``
+    (the weights; tied weights are stored once). Keyword arguments, if any, go to ``training.json`` as a
+    record of the run."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     (path / CONFIG_FILE).write_text(json.dumps(model.config.to_dict(), indent=2) + "\n", encoding="utf-8")
@@ -98,9 +99,9 @@ def translate_lines(model: Transformer, tokenizer: BPETokenizer, lines, *, beam:
                     max_len: int | None = None, precision: str = "fp32") -> list[str]:
     """Translate each string of ``lines``; one output per input, in order; an empty line gives ''.
 
-    Lines are sorted by length and decoded ``batch_size`` at a time (``beam`` > 1: beam search; ``sampling``:
-    :func:`sample`; else greedy). ``max_len``: the most target tokens (default: 2 × source + 10 for
-    each sentence, at most the model's ``max_len``).
+    Lines are sorted by length and decoded ``batch_size`` at a time (``beam`` > 1: beam search;
+    ``sampling``: :func:`~transformer_lib.decoding.sample`; else greedy). ``max_len``: the most target
+    tokens (default: 2 × source + 10 for each sentence, at most the model's ``max_len``).
     """
     lines = list(lines)
     for name, value, low in (("beam", beam, 1), ("batch_size", batch_size, 1)):
@@ -140,6 +141,17 @@ def translate_lines(model: Transformer, tokenizer: BPETokenizer, lines, *, beam:
 _PRECISION = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Adds "(default: ...)" to an option's help, unless the default is None/False or the help gives it."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.option_strings and action.default is not None and action.default is not False \
+                and action.default != argparse.SUPPRESS and "default" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a bad option gives one line on stderr, not the whole usage."""
 
@@ -172,7 +184,7 @@ def _probability(text):
 
 def build_parser(prog: str = "transformer-lib") -> argparse.ArgumentParser:
     """The parser of both subcommands (``train`` and ``translate``)."""
-    fmt = argparse.ArgumentDefaultsHelpFormatter
+    fmt = _HelpFormatter
     parser = _Parser(prog=prog, description="Train an encoder-decoder Transformer on a parallel corpus and "
                      "translate with it.", formatter_class=fmt)
     sub = parser.add_subparsers(dest="command", required=True, metavar="{train,translate}",

@@ -1,7 +1,7 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 14393fa124b67f79
+# digest: dd4326bb0bdb96c1
 # fmt: off
 
 from __future__ import annotations
@@ -212,8 +212,11 @@ import json
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
-SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
+PAD_ID = 0   #: id of ``<pad>``, the padding token
+BOS_ID = 1   #: id of ``<s>``, the token that starts every decoder input
+EOS_ID = 2   #: id of ``</s>``, the token that ends every target
+UNK_ID = 3   #: id of ``<unk>`` (reserved: byte-level BPE never needs it)
+SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")   #: the special tokens, in the order of their ids
 
 
 class BPETokenizer:
@@ -313,4 +316,4 @@ class BPETokenizer:
         return cls(tok)
 
 
-__all__ = ['Pair', 'NUMBER_LANGUAGES', 'DATE_LANGUAGES', 'number_pair', 'date_pair', 'generate_pairs', 'split_pairs', 'CorpusError', 'read_tsv', 'read_aligned', 'read_parallel', 'write_tsv', 'SPECIAL_TOKENS', 'BPETokenizer']
+__all__ = ['Pair', 'NUMBER_LANGUAGES', 'DATE_LANGUAGES', 'number_pair', 'date_pair', 'generate_pairs', 'split_pairs', 'CorpusError', 'read_tsv', 'read_aligned', 'read_parallel', 'write_tsv', 'PAD_ID', 'BOS_ID', 'EOS_ID', 'UNK_ID', 'SPECIAL_TOKENS', 'BPETokenizer']
