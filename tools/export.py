@@ -48,30 +48,44 @@ def _source(cell: dict) -> str:
     return "".join(src) if isinstance(src, list) else src
 
 
-def read_chapter(path: Path) -> tuple[str | None, dict[str, list[str]]]:
-    """Return (default module or None, {module: exported cell bodies}) of one notebook."""
+def exported_cells(path: Path) -> list[tuple[int, str, str]]:
+    """The exported cells of one notebook: (index among all its cells, module, body without the directive).
+
+    Raises ExportError for a misplaced ``#| default_exp`` or an export with no module to go to.
+    """
     nb = json.loads(path.read_text(encoding="utf-8"))
-    code_cells = [c for c in nb.get("cells", []) if c.get("cell_type") == "code"]
     module = None
-    cells: list[tuple[str | None, str]] = []
-    for i, cell in enumerate(code_cells):
+    first_code = True
+    cells: list[tuple[int, str | None, str]] = []
+    for index, cell in enumerate(nb.get("cells", [])):
+        if cell.get("cell_type") != "code":
+            continue
         lines = _source(cell).splitlines()
         for line in lines:
             m = DEFAULT_EXP.match(line)
             if m:
-                if i != 0:
+                if not first_code:
                     raise ExportError(f"{path}: '#| default_exp' must be in the first code cell")
                 module = m.group(1)
+        first_code = False
         m = EXPORT.match(lines[0]) if lines else None
         if m:
-            cells.append((m.group(1), "\n".join(lines[1:]).strip("\n")))
-    bodies: dict[str, list[str]] = {}
-    for target, body in cells:
+            cells.append((index, m.group(1), "\n".join(lines[1:]).strip("\n")))
+    out = []
+    for index, target, body in cells:
         target = target or module
         if target is None:
             raise ExportError(f"{path}: has '#| export' cells but no '#| default_exp' in its first code cell")
-        bodies.setdefault(target, []).append(body)
-    return module, bodies
+        out.append((index, target, body))
+    return out
+
+
+def read_chapter(path: Path) -> dict[str, list[str]]:
+    """{module: exported cell bodies, in order} of one notebook."""
+    bodies: dict[str, list[str]] = {}
+    for _, module, body in exported_cells(path):
+        bodies.setdefault(module, []).append(body)
+    return bodies
 
 
 def public_names(body: str) -> list[str]:
@@ -115,7 +129,7 @@ def export_all(root: Path = ROOT) -> dict[Path, str]:
     out: dict[Path, str] = {}
     owners: dict[str, Path] = {}
     for nb_path in sorted((root / "book").glob("*.ipynb")):
-        _, modules = read_chapter(nb_path)
+        modules = read_chapter(nb_path)
         rel = nb_path.relative_to(root).as_posix()
         for module, bodies in modules.items():
             if module in owners:

@@ -15,7 +15,7 @@ Nothing here changes a chapter: everything is read from the notebooks, the gener
 from __future__ import annotations
 
 import ast
-import json
+import importlib.util
 import os
 import posixpath
 import re
@@ -32,8 +32,6 @@ logger = logging.getLogger(__name__)
 
 PACKAGE = "transformer_lib"
 HEADER = re.compile(r'^"""Generated from (book/[^:\s]+\.ipynb):', re.M)
-EXPORT = re.compile(r"^\s*#\|\s*export(?:\s+([A-Za-z_][A-Za-z0-9_.]*))?\s*$")
-DEFAULT_EXP = re.compile(r"^\s*#\|\s*default_exp\s+([A-Za-z_][A-Za-z0-9_.]*)\s*$", re.M)
 HIDDEN_MODULES = {"__init__", "__main__"}
 _UNDOCUMENTED_DATA: set[str] = set()  # constants autodoc would describe with their type's docstring
 
@@ -41,28 +39,16 @@ _UNDOCUMENTED_DATA: set[str] = set()  # constants autodoc would describe with th
 # ------------------------------------------------------------------------------------ reading the sources
 
 
-def _cell_source(cell: dict) -> str:
-    src = cell.get("source", "")
-    return "".join(src) if isinstance(src, list) else src
+def _exporter():
+    """tools/export.py, the one reader of the chapters' export directives."""
+    path = Path(__file__).resolve().parents[2] / "tools" / "export.py"
+    spec = importlib.util.spec_from_file_location("_transformer_book_export", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _public_names(body: str) -> list[str]:
-    try:
-        tree = ast.parse(body)
-    except SyntaxError:
-        return []
-    names: list[str] = []
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            targets = [node.name]
-        elif isinstance(node, ast.Assign):
-            targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            targets = [node.target.id]
-        else:
-            targets = []
-        names += [n for n in targets if not n.startswith("_") and n not in names]
-    return names
+_EXPORT = _exporter()
 
 
 def read_library(srcdir: Path) -> dict:
@@ -87,29 +73,18 @@ def read_library(srcdir: Path) -> dict:
     for nb_path in sorted((srcdir / "book").glob("*.ipynb")):
         docname = nb_path.relative_to(srcdir).as_posix()[: -len(".ipynb")]
         try:
-            cells = json.loads(nb_path.read_text(encoding="utf-8")).get("cells", [])
-        except (OSError, ValueError):
-            continue
-        default = None
-        for index, cell in enumerate(cells):
-            if cell.get("cell_type") != "code":
-                continue
-            source = _cell_source(cell)
-            if default is None:
-                m = DEFAULT_EXP.search(source)
-                if m:
-                    default = m.group(1)
-            lines = source.splitlines()
-            m = EXPORT.match(lines[0]) if lines else None
-            if not m:
-                continue
-            module = m.group(1) or default
-            if module is None:
-                continue
+            cells = _EXPORT.exported_cells(nb_path)
+        except (OSError, ValueError, _EXPORT.ExportError):
+            continue  # the export check reports it
+        for index, module, body in cells:
             chapter_modules.setdefault(docname, [])
             if module not in chapter_modules[docname]:
                 chapter_modules[docname].append(module)
-            for name in _public_names("\n".join(lines[1:])):
+            try:
+                names = _EXPORT.public_names(body)
+            except SyntaxError:
+                continue
+            for name in names:
                 defs.setdefault(f"{PACKAGE}.{module}.{name}", (docname, index))
     return {"modules": modules, "defs": defs, "chapter_modules": chapter_modules, "all": public}
 
