@@ -18,15 +18,6 @@ D, H, FF = 16, 4, 32
 SETTINGS = settings(max_examples=25, deadline=None)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """These tensors are tiny: one thread avoids the cost of thread hand-offs on a busy 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @functools.lru_cache(maxsize=None)
 def _decoder(norm_first: bool = False, n_layers: int = 2) -> tl.Decoder:
     """One shared decoder per configuration (building one per hypothesis example is the slow part)."""

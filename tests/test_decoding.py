@@ -15,7 +15,6 @@ import transformer_lib as tl
 from transformer_lib.decoding import (beam_search, greedy_decode, length_penalty_factor, sample,
                                       sampling_distribution)
 
-torch.set_num_threads(1)
 PAD, BOS, EOS = 0, 1, 2
 
 

@@ -22,15 +22,6 @@ SMALL = dict(src_vocab_size=50, tgt_vocab_size=60, d_model=16, n_heads=4, n_enco
 pytestmark = pytest.mark.filterwarnings("ignore:.*nested.tensor")   # nn.Transformer's fast-path notices
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one thread avoids the cost of thread hand-offs on a busy 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @functools.lru_cache(maxsize=None)
 def _model(norm_first: bool = False) -> tl.Transformer:
     torch.manual_seed(99)
