@@ -266,8 +266,13 @@ def _reference_distribution(logits, temperature, top_k, top_p):
     return torch.tensor([p[i] / total if i in kept else 0.0 for i in range(len(z))], dtype=torch.float64)
 
 
+# float32 values (the function works in float32), none so tiny that scaling by 1/temperature underflows
+# to a subnormal and ties with 0 (hypothesis found -1.2e-38 vs 0.0 kept in either order)
+_LOGIT = st.floats(-5, 5, allow_nan=False, width=32).filter(lambda x: x == 0 or abs(x) > 1e-30)
+
+
 @settings(max_examples=60, deadline=None)
-@given(logits=st.lists(st.floats(-5, 5, allow_nan=False, width=32), min_size=2, max_size=12),   # float32 values: the function works in float32
+@given(logits=st.lists(_LOGIT, min_size=2, max_size=12),
        temperature=st.sampled_from([0.3, 1.0, 2.5]), top_k=st.integers(0, 12),
        top_p=st.sampled_from([0.1, 0.5, 0.9, 1.0]))
 def test_sampling_distribution_matches_a_plain_reference(logits, temperature, top_k, top_p):
