@@ -1,6 +1,15 @@
 """Shared test settings."""
+import os
+
 import pytest
 import torch
+from hypothesis import settings
+
+# On CI the property tests draw the same examples every run (a red CI then means a change, not luck);
+# locally they explore new examples each run and keep failures in .hypothesis/ to replay.
+settings.register_profile("ci", derandomize=True, deadline=None)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -266,13 +266,8 @@ def _reference_distribution(logits, temperature, top_k, top_p):
     return torch.tensor([p[i] / total if i in kept else 0.0 for i in range(len(z))], dtype=torch.float64)
 
 
-# float32 values (the function works in float32), none so tiny that scaling by 1/temperature underflows
-# to a subnormal and ties with 0 (hypothesis found -1.2e-38 vs 0.0 kept in either order)
-_LOGIT = st.floats(-5, 5, allow_nan=False, width=32).filter(lambda x: x == 0 or abs(x) > 1e-30)
-
-
 @settings(max_examples=60, deadline=None)
-@given(logits=st.lists(_LOGIT, min_size=2, max_size=12),
+@given(logits=st.lists(st.floats(-5, 5, allow_nan=False, width=32), min_size=2, max_size=12),   # float32 values: the function works in float32
        temperature=st.sampled_from([0.3, 1.0, 2.5]), top_k=st.integers(0, 12),
        top_p=st.sampled_from([0.1, 0.5, 0.9, 1.0]))
 def test_sampling_distribution_matches_a_plain_reference(logits, temperature, top_k, top_p):
@@ -284,7 +279,11 @@ def test_sampling_distribution_matches_a_plain_reference(logits, temperature, to
         torch.testing.assert_close(got, torch.softmax(z / temperature, -1), rtol=1e-5, atol=1e-6)
     if 0 < top_k < len(logits) and top_p == 1.0:
         assert int((got > 0).sum()) == top_k                                   # exactly k, ties or not
-    kept, dropped = z[got > 0], z[got == 0]
+    # "only the most probable kept", judged on the probabilities the function itself ranks (float32):
+    # logits closer than float32's resolution tie there, and either may go (hypothesis found
+    # [0, 0, 1, -1.4e-20] and [0, -1.2e-7, 0, 5])
+    base = sampling_distribution(z, temperature, 0, 1.0).double()
+    kept, dropped = base[got > 0], base[got == 0]
     if len(dropped):
         assert kept.min() >= dropped.max()                                     # only the most probable kept
     # tied logits may be kept in another order than the reference's: compare the sorted probabilities;

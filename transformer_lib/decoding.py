@@ -1,7 +1,7 @@
 """Generated from book/11_decoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: bd6cf27bba960de4
+# digest: 6c3731f9686c8453
 # fmt: off
 
 from __future__ import annotations
@@ -100,6 +100,12 @@ def greedy_decode(model: Transformer, src: torch.Tensor, max_len: int, use_cache
     _check_model(model)
     src = _check_src(model, src)
     _check_max_len(model, max_len)
+    return _generate(model, src, max_len, use_cache, choose=lambda logits: logits.argmax(dim=-1))
+
+
+def _generate(model: Transformer, src: torch.Tensor, max_len: int, use_cache: bool, choose) -> torch.Tensor:
+    """The loop every one-hypothesis decoder shares (greedy here, sampling below): ``choose`` turns the
+    next-token logits (B, V) into the next tokens (B,)."""
     c = model.config
     with _inference(model):
         stepper = _start(model, src, use_cache)
@@ -107,7 +113,7 @@ def greedy_decode(model: Transformer, src: torch.Tensor, max_len: int, use_cache
         ys = torch.full((B, 1), c.bos_id, dtype=torch.long, device=src.device)             # (B, 1)
         finished = torch.zeros(B, dtype=torch.bool, device=src.device)                     # (B,)
         for _ in range(max_len):
-            next_token = stepper.step(ys).argmax(dim=-1)                                    # (B,)
+            next_token = choose(stepper.step(ys))                                           # (B,)
             next_token = next_token.masked_fill(finished, c.pad_id)
             ys = torch.cat([ys, next_token[:, None]], dim=1)                                # (B, t + 1)
             finished |= next_token == c.eos_id
@@ -300,22 +306,13 @@ def sample(model: Transformer, src: torch.Tensor, max_len: int, temperature: flo
     _check_max_len(model, max_len)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
-    c = model.config
-    with _inference(model):
-        stepper = _start(model, src, use_cache)
-        B = src.size(0)
-        ys = torch.full((B, 1), c.bos_id, dtype=torch.long, device=src.device)             # (B, 1)
-        finished = torch.zeros(B, dtype=torch.bool, device=src.device)                     # (B,)
-        for _ in range(max_len):
-            probs = sampling_distribution(stepper.step(ys), temperature, top_k, top_p)      # (B, V)
-            # every row draws, finished or not: the random stream does not depend on which have finished
-            next_token = torch.multinomial(probs, 1, generator=generator)[:, 0]             # (B,)
-            next_token = next_token.masked_fill(finished, c.pad_id)
-            ys = torch.cat([ys, next_token[:, None]], dim=1)                                # (B, t + 1)
-            finished |= next_token == c.eos_id
-            if bool(finished.all()):
-                break
-    return ys
+
+    def draw(logits: torch.Tensor) -> torch.Tensor:                                        # (B, V) -> (B,)
+        probs = sampling_distribution(logits, temperature, top_k, top_p)
+        # every row draws, finished or not: the random stream does not depend on which have finished
+        return torch.multinomial(probs, 1, generator=generator)[:, 0]
+
+    return _generate(model, src, max_len, use_cache, choose=draw)
 
 
 __all__ = ['greedy_decode', 'length_penalty_factor', 'beam_search', 'sampling_distribution', 'sample']
