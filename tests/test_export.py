@@ -213,3 +213,8 @@ def test_future_import_after_other_code_is_caught_at_export(tmp_path: Path):
     _write_notebook(tmp_path, "03_late.ipynb", cells)
     with pytest.raises(export.ExportError, match=r"book/03_late.ipynb.*__future__"):
         export.export_all(tmp_path)
+
+
+def test_public_names_cover_every_top_level_definition():
+    body = "A, B = 1, 2\n[C, _D] = 3, 4\nE: int = 5\n_F = 6\ndef g(): pass\nclass H: pass\nx.y = 7\n"
+    assert export.public_names(body) == ["A", "B", "C", "E", "g", "H"]

@@ -96,7 +96,9 @@ def public_names(body: str) -> list[str]:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             targets = [node.name]
         elif isinstance(node, ast.Assign):
-            targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            for t in node.targets:  # `A = ...` and `A, B = ...`
+                elts = t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]
+                targets += [e.id for e in elts if isinstance(e, ast.Name)]
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             targets = [node.target.id]
         for name in targets:

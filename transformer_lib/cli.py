@@ -1,7 +1,7 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 82c0e6b76ce67092
+# digest: 98ab3640c51ec853
 # fmt: off
 
 from __future__ import annotations
@@ -408,4 +408,4 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         return 1
 
 
-__all__ = ['ModelDirError', 'save_model_dir', 'load_model_dir', 'translate_lines', 'build_parser', 'run_train', 'run_translate', 'main']
+__all__ = ['CONFIG_FILE', 'TOKENIZER_FILE', 'WEIGHTS_FILE', 'CHECKPOINT_FILE', 'TRAINING_FILE', 'ModelDirError', 'save_model_dir', 'load_model_dir', 'translate_lines', 'build_parser', 'run_train', 'run_translate', 'main']
