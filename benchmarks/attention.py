@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import header, time_pair  # noqa: E402
+from common import add_timing_args, apply_threads, header, time_pair  # noqa: E402
 
 from transformer_lib import MultiHeadAttention, padding_mask  # noqa: E402
 
@@ -25,12 +25,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--length", type=int, default=128)
     p.add_argument("--d-model", type=int, default=512)
     p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--repeat", type=int, default=5)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: PyTorch's default)")
+    add_timing_args(p, repeat=5, rounds=3)
     args = p.parse_args(argv)
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
+    apply_threads(args)
 
     torch.manual_seed(0)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

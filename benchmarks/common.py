@@ -39,3 +39,15 @@ def header(title: str) -> None:
     print(f"# {title}")
     print(f"# torch {torch.__version__}, threads {torch.get_num_threads()}, "
           f"device {'cuda' if torch.cuda.is_available() else 'cpu'}")
+
+
+def add_timing_args(parser, repeat: int = 5, rounds: int = 3) -> None:
+    """The options every benchmark shares: --repeat, --rounds, --threads."""
+    parser.add_argument("--repeat", type=int, default=repeat, help="timed calls per round (median taken)")
+    parser.add_argument("--rounds", type=int, default=rounds, help="interleaved rounds of the two peers")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: PyTorch's default)")
+
+
+def apply_threads(args) -> None:
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)

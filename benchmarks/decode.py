@@ -23,7 +23,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import header, time_pair  # noqa: E402
+from common import add_timing_args, apply_threads, header, time_pair  # noqa: E402
 
 import transformer_lib as tl  # noqa: E402
 
@@ -39,13 +39,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--d-ff", type=int, default=1024)
     p.add_argument("--vocab", type=int, default=1000)
     p.add_argument("--beam", type=int, default=4)
-    p.add_argument("--repeat", type=int, default=1)
-    p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--quick", action="store_true", help="one timed call per round, one round")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: PyTorch's default)")
+    add_timing_args(p, repeat=1, rounds=2)
     args = p.parse_args(argv)
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
+    apply_threads(args)
     repeat, rounds, warmup = (1, 1, 1) if args.quick else (args.repeat, args.rounds, 1)
 
     torch.manual_seed(0)

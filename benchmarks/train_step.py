@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import header, time_pair  # noqa: E402
+from common import add_timing_args, apply_threads, header, time_pair  # noqa: E402
 
 import transformer_lib as tl  # noqa: E402
 
@@ -72,12 +72,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--vocab", type=int, default=1000)
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--norm-first", action="store_true", help="Pre-Norm (default: Post-Norm, the paper)")
-    p.add_argument("--repeat", type=int, default=5)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--threads", type=int, default=0, help="torch threads (default: PyTorch's choice)")
+    add_timing_args(p, repeat=5, rounds=3)
     args = p.parse_args(argv)
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
+    apply_threads(args)
     warnings.filterwarnings("ignore", message=".*nested.tensor.*")
 
     torch.manual_seed(0)
