@@ -5,13 +5,14 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: setup export check test test-lib test-notebooks book check-pages bench clean help
+.PHONY: setup export check lint test test-lib test-notebooks book check-pages bench clean help
 
 help:
 	@echo "make book   - set up .venv, check the export, execute every chapter, build the HTML into _build/html,"
 	@echo "              then check every page in headless Chromium (make check-pages)"
 	@echo "make test   - set up .venv, check the export, run pytest on tests/ and nbval on every chapter"
 	@echo "make export - regenerate transformer_lib/ from the chapters"
+	@echo "make lint   - ruff (library, tests, tools, benchmarks, notebooks) and mypy (library) alone"
 	@echo "make bench  - run the benchmarks (ratios against PyTorch's own modules)"
 
 setup: $(STAMP)
@@ -37,7 +38,14 @@ test-lib: check
 test-notebooks: check
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile --nbval-lax --nbval-current-env book/
 
-test: test-lib test-notebooks
+# ruff over the library, tests, tools, benchmarks and notebooks; the notebooks' code (and so the modules
+# exported from it) must also fit the book's code column of 88 characters; mypy over transformer_lib.
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff check --line-length 88 --select E501 book transformer_lib
+	$(BIN)/mypy
+
+test: lint test-lib test-notebooks
 
 book: check
 	rm -rf _build/html _build/.doctrees

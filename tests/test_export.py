@@ -89,8 +89,11 @@ def test_notebook_becomes_the_expected_module(repo: Path):
     # header: names the chapter and says to edit the notebook
     assert header.startswith('"""Generated from book/01_toy.ipynb: edit the notebook, not this file.')
     assert "# digest: " in header
-    # body: the two exported cells, in order, without the directive lines, and nothing else
-    assert rest == BODY_1 + "\n\n\n" + BODY_2 + "\n\n\n" + "__all__ = ['double', 'SCALE', 'Thing']\n"
+    # body: the two exported cells, in order, each behind the comment naming its cell (counted from 1),
+    # without the directive lines, and nothing else
+    assert rest == ("# [book/01_toy.ipynb, cell 3]\n" + BODY_1 + "\n\n\n"
+                    + "# [book/01_toy.ipynb, cell 6]\n" + BODY_2 + "\n\n\n"
+                    + "__all__ = ['double', 'SCALE', 'Thing']\n")
     assert "#| export" not in text and "default_exp" not in text and "print(double(2))" not in text
     # the module is valid Python whose __all__ lists exactly the public top-level names
     tree = ast.parse(text)
@@ -218,3 +221,83 @@ def test_future_import_after_other_code_is_caught_at_export(tmp_path: Path):
 def test_public_names_cover_every_top_level_definition():
     body = "A, B = 1, 2\n[C, _D] = 3, 4\nE: int = 5\n_F = 6\ndef g(): pass\nclass H: pass\nx.y = 7\n"
     assert export.public_names(body) == ["A", "B", "C", "E", "g", "H"]
+
+
+REOPEN_BASE = '''class Counter:
+    """Counts."""
+
+    def __init__(self):
+        self.n = 0
+
+
+def helper():
+    return 1'''
+
+REOPEN_1 = '''class Counter(Counter):
+    def add(self, k: int = 1) -> "Counter":
+        self.n += k
+        return self'''
+
+REOPEN_2 = '''class Counter(Counter):
+    # a comment before the method stays with it
+    def value(self) -> int:
+        return self.n'''
+
+
+def _reopening_chapter() -> list[dict]:
+    return [
+        _cell("code", "#| default_exp toy"),
+        _cell("code", "#| export\n" + REOPEN_BASE),
+        _cell("markdown", "The next method."),
+        _cell("code", "#| export\n" + REOPEN_1),
+        _cell("code", "#| export\n" + REOPEN_2),
+    ]
+
+
+def test_a_reopened_class_is_folded_into_the_earlier_class(tmp_path: Path):
+    _write_notebook(tmp_path, "01_toy.ipynb", _reopening_chapter())
+    text = export.export_all(tmp_path)[tmp_path / "transformer_lib" / "toy.py"]
+    tree = ast.parse(text)
+    classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]
+    assert [c.name for c in classes] == ["Counter"]                       # one class, not three
+    assert [m.name for m in classes[0].body if isinstance(m, ast.FunctionDef)] == ["__init__", "add", "value"]
+    assert "Counter(Counter)" not in text
+    # each piece names its cell, the folded ones inside the class body
+    assert "# [book/01_toy.ipynb, cell 2]" in text
+    assert "    # [book/01_toy.ipynb, cell 4]" in text and "    # [book/01_toy.ipynb, cell 5]" in text
+    assert text.index("cell 5]") < text.index("def helper")               # folded before the next definition
+    namespace: dict = {}
+    exec(compile(text, "toy.py", "exec"), namespace)
+    assert namespace["Counter"]().add(2).add().value() == 3
+    assert namespace["__all__"] == ["Counter", "helper"]
+    # and the notebook's own reading (the cells run in order) gives the same behaviour
+    nb_namespace: dict = {}
+    for body in (REOPEN_BASE, REOPEN_1, REOPEN_2):
+        exec(body, nb_namespace)
+    assert nb_namespace["Counter"]().add(2).add().value() == 3
+
+
+def test_a_reopened_class_cannot_call_super(tmp_path: Path):
+    cells = _reopening_chapter()[:2] + [_cell("code", "#| export\nclass Counter(Counter):\n"
+                                                     "    def __init__(self):\n        super().__init__()")]
+    _write_notebook(tmp_path, "01_toy.ipynb", cells)
+    with pytest.raises(export.ExportError, match="super"):
+        export.export_all(tmp_path)
+
+
+def test_a_subclass_of_another_name_is_not_folded(tmp_path: Path):
+    cells = _reopening_chapter()[:2] + [_cell("code", "#| export\nclass Big(Counter):\n    pass")]
+    _write_notebook(tmp_path, "01_toy.ipynb", cells)
+    text = export.export_all(tmp_path)[tmp_path / "transformer_lib" / "toy.py"]
+    assert "class Big(Counter):" in text
+
+
+def test_a_module_only_import_is_a_comment_in_the_notebook_and_an_import_in_the_module(tmp_path: Path):
+    cells = [_cell("code", "#| default_exp toy"),
+             _cell("code", "#| export other\ndef helper():\n    return 1"),
+             _cell("code", "#| export\nimport math\n#| from transformer_lib.other import helper\n\n\n"
+                           "def twice():\n    return 2 * helper()")]
+    _write_notebook(tmp_path, "01_toy.ipynb", cells)
+    text = export.export_all(tmp_path)[tmp_path / "transformer_lib" / "toy.py"]
+    assert "\nfrom transformer_lib.other import helper\n" in text and "#| from" not in text
+    assert "__all__ = ['twice']" in text                      # an imported name is not re-exported

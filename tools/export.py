@@ -6,12 +6,21 @@ The book is the source of the library (literate programming, nbdev's directive s
 * the first code cell of a chapter holds ``#| default_exp NAME``: the chapter exports to
   ``transformer_lib/NAME.py``;
 * a code cell whose first line is ``#| export`` is copied, without that line, into the module;
-  ``#| export OTHER`` (nbdev's form) sends the cell to ``transformer_lib/OTHER.py`` instead, for the
-  rare chapter that builds two modules.
+  ``#| export OTHER`` (nbdev's form) sends the cell to ``transformer_lib/OTHER.py`` instead, for a
+  chapter that builds several modules;
+* a class may grow across cells, next to the prose that explains each method: an exported cell that
+  holds only ``class Name(Name):`` (the notebook's way of adding methods to the ``Name`` defined in an
+  earlier cell) is folded into the body of that earlier class in the generated module. Such a cell may
+  not call ``super()``: in the notebook it would reach the earlier ``Name``, in the module the real base;
+* a module exported by a chapter that builds several modules imports the others' names with a
+  directive line, ``#| from transformer_lib.checks import check_token_ids``: a comment in the notebook
+  (whose kernel already holds the chapter's own definition), a real import in the generated module.
 
 Each generated module starts with a header that names its chapter and a digest of the body, and ends
 with an ``__all__`` of its public names (top-level functions, classes and constants that do not start
-with an underscore).
+with an underscore). Each exported cell is preceded by a provenance comment,
+``# [book/03_attention.ipynb, cell 12]`` (cells counted from 1, markdown included, as Jupyter shows
+them), so that a traceback leads to the cell to edit.
 
 Usage::
 
@@ -35,6 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 HAND_WRITTEN = {"__init__.py", "__main__.py"}
 DEFAULT_EXP = re.compile(r"^\s*#\|\s*default_exp\s+([A-Za-z_][A-Za-z0-9_.]*)\s*$")
+MODULE_IMPORT = re.compile(r"^(\s*)#\|\s*((?:from|import)\s+transformer_lib\b.*)$")
 EXPORT = re.compile(r"^\s*#\|\s*export(?:\s+([A-Za-z_][A-Za-z0-9_.]*))?\s*$")
 DIGEST = re.compile(r"^# digest: ([0-9a-f]{16})$", re.M)
 
@@ -70,7 +80,8 @@ def exported_cells(path: Path) -> list[tuple[int, str, str]]:
         first_code = False
         m = EXPORT.match(lines[0]) if lines else None
         if m:
-            cells.append((index, m.group(1), "\n".join(lines[1:]).strip("\n")))
+            body = "\n".join(_module_only(line) for line in lines[1:]).strip("\n")
+            cells.append((index, m.group(1), body))
     out = []
     for index, target, body in cells:
         target = target or module
@@ -80,11 +91,17 @@ def exported_cells(path: Path) -> list[tuple[int, str, str]]:
     return out
 
 
-def read_chapter(path: Path) -> dict[str, list[str]]:
-    """{module: exported cell bodies, in order} of one notebook."""
-    bodies: dict[str, list[str]] = {}
-    for _, module, body in exported_cells(path):
-        bodies.setdefault(module, []).append(body)
+def _module_only(line: str) -> str:
+    """``#| from transformer_lib.X import Y`` becomes a real import in the module; any other line is kept."""
+    m = MODULE_IMPORT.match(line)
+    return m.group(1) + m.group(2) if m else line
+
+
+def read_chapter(path: Path) -> dict[str, list[tuple[int, str]]]:
+    """{module: [(cell index, exported body), ...] in order} of one notebook."""
+    bodies: dict[str, list[tuple[int, str]]] = {}
+    for index, module, body in exported_cells(path):
+        bodies.setdefault(module, []).append((index, body))
     return bodies
 
 
@@ -111,9 +128,68 @@ def digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def render_module(notebook_rel: str, bodies: list[str]) -> str:
-    """The full text of a generated module."""
-    body = "\n\n\n".join(bodies) + "\n"
+def provenance(notebook_rel: str, index: int) -> str:
+    """The comment that names the cell a piece of a module came from (cells counted from 1)."""
+    return f"# [{notebook_rel}, cell {index + 1}]"
+
+
+def _reopened_class(body: str, defined: set[str]) -> ast.ClassDef | None:
+    """The class a cell reopens (``class Name(Name):`` with ``Name`` defined by an earlier cell), or None."""
+    try:
+        tree = ast.parse(body)
+    except SyntaxError:
+        return None
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.ClassDef):
+        return None
+    node = tree.body[0]
+    bases = [b.id for b in node.bases if isinstance(b, ast.Name)]
+    if bases != [node.name] or len(node.bases) != 1 or node.keywords or node.name not in defined:
+        return None
+    return node
+
+
+def _fold(notebook_rel: str, index: int, node: ast.ClassDef, body: str) -> list[str]:
+    """The lines of a reopened class's body, to append to the earlier class, with their provenance."""
+    lines = body.splitlines()
+    if node.decorator_list or node.body[0].lineno <= node.lineno:
+        raise ExportError(f"{notebook_rel}, cell {index + 1}: a cell that reopens class {node.name} must "
+                          f"start with a plain `class {node.name}({node.name}):` line")
+    if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "super"
+           for n in ast.walk(node)):
+        raise ExportError(f"{notebook_rel}, cell {index + 1}: a cell that reopens class {node.name} "
+                          "cannot call super() (in the module it would reach another class)")
+    header_end = node.body[0].lineno - 1
+    while header_end > node.lineno and not lines[header_end - 1].rstrip().endswith(":"):
+        header_end -= 1
+    rest = lines[header_end:]
+    return ["", "    " + provenance(notebook_rel, index), *rest]
+
+
+def render_module(notebook_rel: str, cells: list[tuple[int, str]]) -> str:
+    """The full text of a generated module: each cell behind its provenance comment, reopened classes folded."""
+    chunks: list[list[str]] = []
+    class_end: dict[str, tuple[int, int]] = {}  # class name -> (chunk, line after its body)
+    for index, cell_body in cells:
+        node = _reopened_class(cell_body, set(class_end))
+        if node is not None:
+            chunk, end = class_end[node.name]
+            extra = _fold(notebook_rel, index, node, cell_body)
+            chunks[chunk][end:end] = extra
+            for name, (c, e) in class_end.items():  # later classes of the same chunk move down
+                if c == chunk and e > end:
+                    class_end[name] = (c, e + len(extra))
+            class_end[node.name] = (chunk, end + len(extra))
+            continue
+        lines = [provenance(notebook_rel, index), *cell_body.splitlines()]
+        try:
+            tree = ast.parse(cell_body)
+        except SyntaxError:
+            tree = None
+        for top in tree.body if tree else []:
+            if isinstance(top, ast.ClassDef):
+                class_end[top.name] = (len(chunks), (top.end_lineno or top.lineno) + 1)
+        chunks.append(lines)
+    body = "\n\n\n".join("\n".join(lines) for lines in chunks) + "\n"
     names = public_names(body)
     all_line = "__all__ = [" + ", ".join(repr(n) for n in names) + "]\n"
     content = body + "\n\n" + all_line
@@ -133,13 +209,13 @@ def export_all(root: Path = ROOT) -> dict[Path, str]:
     for nb_path in sorted((root / "book").glob("*.ipynb")):
         modules = read_chapter(nb_path)
         rel = nb_path.relative_to(root).as_posix()
-        for module, bodies in modules.items():
+        for module, cells in modules.items():
             if module in owners:
                 raise ExportError(f"module '{module}' is exported by both {owners[module]} and {nb_path}")
             owners[module] = nb_path
             target = root / "transformer_lib" / (module.replace(".", "/") + ".py")
             try:
-                text = render_module(rel, bodies)
+                text = render_module(rel, cells)
                 compile(text, target.relative_to(root).as_posix(), "exec", dont_inherit=True)
             except SyntaxError as exc:  # name the chapter, not just a line of the generated text
                 raise ExportError(f"{rel}: the cells it exports to '{module}' are not valid Python: "

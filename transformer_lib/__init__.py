@@ -3,6 +3,7 @@
 The modules are generated from ``book/*.ipynb`` by ``tools/export.py``; this file is written by hand
 and re-exports the public API (each module's ``__all__``).
 """
+from transformer_lib.checks import *  # noqa: F401,F403  chapter 1
 from transformer_lib.embedding import *  # noqa: F401,F403  chapter 1
 from transformer_lib.positional import *  # noqa: F401,F403  chapter 2
 from transformer_lib.attention import *  # noqa: F401,F403  chapter 3

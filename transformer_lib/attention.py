@@ -1,9 +1,10 @@
 """Generated from book/03_attention.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: b44957d5c9f0d304
+# digest: 7d2b6964427d02dd
 # fmt: off
 
+# [book/03_attention.ipynb, cell 8]
 from __future__ import annotations
 
 import math
@@ -70,6 +71,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     return weights.to(v.dtype) @ v, weights                              # (…, Lq, d_v), (…, Lq, Lk)
 
 
+# [book/03_attention.ipynb, cell 22]
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with the weight layout of ``torch.nn.MultiheadAttention``.
 

@@ -1,9 +1,10 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 98ab3640c51ec853
+# digest: da852f31d569f300
 # fmt: off
 
+# [book/12_translation.ipynb, cell 35]
 from __future__ import annotations
 
 import argparse
@@ -18,7 +19,7 @@ from safetensors.torch import load_model, save_model
 
 from transformer_lib.data import BPETokenizer, read_parallel
 from transformer_lib.decoding import beam_search, greedy_decode, sample
-from transformer_lib.embedding import default_device
+from transformer_lib.checks import default_device
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.training import (LabelSmoothingLoss, PadCollate, PairDataset, TokenBucketSampler,
                                       noam_lambda, train)
@@ -27,6 +28,7 @@ CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE = "config.json", "tokenizer.json", "mo
 CHECKPOINT_FILE, TRAINING_FILE = "checkpoint.pt", "training.json"
 
 
+# [book/12_translation.ipynb, cell 36]
 class ModelDirError(ValueError):
     """A model directory that is missing, incomplete or damaged."""
 
@@ -92,6 +94,7 @@ def load_model_dir(path, device: str | torch.device | None = None) -> tuple[Tran
     return model.to(device or default_device()).eval(), tokenizer
 
 
+# [book/12_translation.ipynb, cell 38]
 @torch.no_grad()
 def translate_lines(model: Transformer, tokenizer: BPETokenizer, lines, *, beam: int = 1,
                     length_penalty: float = 0.6, sampling: bool = False, temperature: float = 1.0,
@@ -138,6 +141,7 @@ def translate_lines(model: Transformer, tokenizer: BPETokenizer, lines, *, beam:
     return out
 
 
+# [book/12_translation.ipynb, cell 40]
 _PRECISION = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -274,6 +278,7 @@ def _device(name: str, threads: int | None = None) -> torch.device:
     return device
 
 
+# [book/12_translation.ipynb, cell 41]
 def _encode_pairs(pairs, tokenizer: BPETokenizer, max_len: int) -> tuple[list, int]:
     """Token-id pairs without bos/eos; pairs that would not fit ``max_len`` are dropped (and counted)."""
     out, skipped = [], 0

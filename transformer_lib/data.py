@@ -1,9 +1,10 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: dd4326bb0bdb96c1
+# digest: 0767dcf1d06ecaaa
 # fmt: off
 
+# [book/12_translation.ipynb, cell 6]
 from __future__ import annotations
 
 import datetime
@@ -15,6 +16,7 @@ from babel.dates import format_date
 from num2words import num2words
 
 
+# [book/12_translation.ipynb, cell 7]
 class Pair(NamedTuple):
     """One sentence pair of the generated corpus: source, English target, source language, kind."""
 
@@ -92,6 +94,7 @@ def generate_pairs(n: int, seed: int = 0, number_languages: Sequence[str] = NUMB
     return pairs
 
 
+# [book/12_translation.ipynb, cell 11]
 def split_pairs(pairs: Sequence, valid: float | int = 0.1, test: float | int = 0.1,
                 seed: int = 0) -> tuple[list, list, list]:
     """Shuffle ``pairs`` (by ``seed``) into (train, valid, test) that share no source sentence.
@@ -121,6 +124,7 @@ def split_pairs(pairs: Sequence, valid: float | int = 0.1, test: float | int = 0
     return tuple([p for s in part for p in groups[s]] for part in parts)
 
 
+# [book/12_translation.ipynb, cell 14]
 class CorpusError(ValueError):
     """A malformed parallel corpus; the message starts with ``file:line:``."""
 
@@ -208,6 +212,7 @@ def write_tsv(pairs: Iterable, path) -> Path:
     return path
 
 
+# [book/12_translation.ipynb, cell 17]
 import json
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers

@@ -1,9 +1,10 @@
 """Generated from book/08_decoder.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: d1433888909ca758
+# digest: edae9fce4e2c497f
 # fmt: off
 
+# [book/08_decoder.ipynb, cell 8]
 from __future__ import annotations
 
 import torch
@@ -107,6 +108,7 @@ class Decoder(nn.Module):
         return self.norm(x)
 
 
+# [book/08_decoder.ipynb, cell 10]
 def _copy_linear(dst: nn.Linear, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
     dst.weight.copy_(weight)
     if (dst.bias is None) != (bias is None):

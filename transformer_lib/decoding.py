@@ -1,9 +1,10 @@
 """Generated from book/11_decoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 6c3731f9686c8453
+# digest: 9b0eb13c29f55f47
 # fmt: off
 
+# [book/11_decoding.ipynb, cell 11]
 from __future__ import annotations
 
 import contextlib
@@ -12,7 +13,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from transformer_lib.embedding import check_token_ids
+from transformer_lib.checks import check_token_ids
 from transformer_lib.masks import padding_mask
 from transformer_lib.model import Transformer
 
@@ -88,6 +89,7 @@ def _start(model: Transformer, src: torch.Tensor, use_cache: bool) -> _Stepper:
     return _Stepper(model, memory, src_mask, bool(use_cache))
 
 
+# [book/11_decoding.ipynb, cell 13]
 def greedy_decode(model: Transformer, src: torch.Tensor, max_len: int, use_cache: bool = True) -> torch.Tensor:
     """Greedy decoding of a batch: at every step each sentence takes its most probable next token.
 
@@ -122,6 +124,7 @@ def _generate(model: Transformer, src: torch.Tensor, max_len: int, use_cache: bo
     return ys
 
 
+# [book/11_decoding.ipynb, cell 17]
 _LENGTH_NORMS = ("gnmt", "power")
 
 
@@ -251,6 +254,7 @@ def beam_search(model: Transformer, src: torch.Tensor, beam_size: int = 4, max_l
     return ids, scores
 
 
+# [book/11_decoding.ipynb, cell 25]
 def _check_sampling(temperature, top_k, top_p) -> None:
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
             or not math.isfinite(temperature) or temperature <= 0:

@@ -1,9 +1,10 @@
 """Generated from book/01_embedding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 98a1f46d5c1c9a10
+# digest: 9cd4394470e0d26e
 # fmt: off
 
+# [book/01_embedding.ipynb, cell 10]
 from __future__ import annotations
 
 import math
@@ -11,22 +12,7 @@ import math
 import torch
 from torch import nn
 
-
-def default_device() -> torch.device:
-    """The device a new model should live on: the first CUDA GPU when there is one, else the CPU."""
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def check_token_ids(ids: torch.Tensor, vocab_size: int, name: str = "ids") -> None:
-    """Raise a ValueError naming ``name`` unless ``ids`` is an integer tensor with values in [0, vocab_size)."""
-    if not isinstance(ids, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
-    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-        raise ValueError(f"{name} must hold integer token ids (torch.long), got dtype {ids.dtype}")
-    if ids.numel():
-        lo, hi = torch.stack(torch.aminmax(ids)).tolist()  # one read-back from the device, not two
-        if lo < 0 or hi >= vocab_size:
-            raise ValueError(f"{name} holds token ids outside the vocabulary [0, {vocab_size}): min {lo}, max {hi}")
+from transformer_lib.checks import check_token_ids
 
 
 class TokenEmbedding(nn.Module):
@@ -74,4 +60,4 @@ class TokenEmbedding(nn.Module):
         return self.embedding(ids) * self.scale            # (B, L, d_model)
 
 
-__all__ = ['default_device', 'check_token_ids', 'TokenEmbedding']
+__all__ = ['TokenEmbedding']

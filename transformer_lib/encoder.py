@@ -1,9 +1,10 @@
 """Generated from book/07_encoder.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 3dac0b8e8461099d
+# digest: 7c036dd17ca42dc0
 # fmt: off
 
+# [book/07_encoder.ipynb, cell 5]
 from __future__ import annotations
 
 import torch

@@ -1,9 +1,10 @@
 """Generated from book/05_feed_forward.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: bb728bdfb1da8ff6
+# digest: 45d8098fc53a7d6a
 # fmt: off
 
+# [book/05_feed_forward.ipynb, cell 6]
 from __future__ import annotations
 
 import torch

@@ -1,9 +1,10 @@
 """Generated from book/04_masks.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: f3a29c7c1d65b254
+# digest: 80853f77d3380f34
 # fmt: off
 
+# [book/04_masks.ipynb, cell 5]
 from __future__ import annotations
 
 import operator

@@ -1,9 +1,10 @@
 """Generated from book/09_model.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: d78cd677bf3b43e4
+# digest: 3d00772ac94c533f
 # fmt: off
 
+# [book/09_model.ipynb, cell 5]
 from __future__ import annotations
 
 import dataclasses
@@ -13,7 +14,8 @@ import torch
 from torch import nn
 
 from transformer_lib.decoder import Decoder, KVCache, _copy_ffn, _copy_mha, _copy_norm, load_torch_decoder_layer
-from transformer_lib.embedding import TokenEmbedding, check_token_ids
+from transformer_lib.checks import check_token_ids
+from transformer_lib.embedding import TokenEmbedding
 from transformer_lib.encoder import Encoder
 from transformer_lib.feed_forward import ACTIVATIONS
 from transformer_lib.masks import causal_mask, padding_mask, target_mask
@@ -217,6 +219,7 @@ class Transformer(nn.Module):
         return {name: [m.last_weights for m in ms] for name, ms in groups.items()}
 
 
+# [book/09_model.ipynb, cell 7]
 @torch.no_grad()
 def load_torch_transformer(model: Transformer, reference: nn.Transformer) -> Transformer:
     """Copy the weights of a ``torch.nn.Transformer`` (batch_first) into ``model`` and return it.

@@ -1,9 +1,10 @@
 """Generated from book/06_residual_and_norm.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: a9d192889015f1d0
+# digest: ef3b7dd0627e6a28
 # fmt: off
 
+# [book/06_residual_and_norm.ipynb, cell 14]
 from __future__ import annotations
 
 from typing import Callable
@@ -98,6 +99,7 @@ class RMSNorm(nn.Module):
         return f"{self.d_model}, eps={self.eps}, fused={self.fused}"
 
 
+# [book/06_residual_and_norm.ipynb, cell 28]
 def make_norm(kind: str, d_model: int, eps: float = 1e-5) -> nn.Module:
     """A normalisation layer by name: ``"layer"`` (:class:`LayerNorm`) or ``"rms"`` (:class:`RMSNorm`)."""
     if kind == "layer":

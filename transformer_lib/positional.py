@@ -1,9 +1,10 @@
 """Generated from book/02_positional_encoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: a7db0341e55d73c9
+# digest: f0355c17428f85a2
 # fmt: off
 
+# [book/02_positional_encoding.ipynb, cell 7]
 from __future__ import annotations
 
 import operator

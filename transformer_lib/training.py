@@ -1,9 +1,10 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 3c4da18a20a69fbb
+# digest: 5cf1b36148ef9c94
 # fmt: off
 
+# [book/10_training.ipynb, cell 7]
 from __future__ import annotations
 
 import math
@@ -23,6 +24,7 @@ from tqdm import tqdm
 from transformer_lib.masks import padding_mask
 
 
+# [book/10_training.ipynb, cell 9]
 def shift_right(tgt: torch.Tensor, bos_id: int) -> torch.Tensor:
     """The decoder's input under teacher forcing: ``bos_id`` in front, the last column dropped.
 
@@ -38,6 +40,7 @@ def shift_right(tgt: torch.Tensor, bos_id: int) -> torch.Tensor:
     return torch.cat([bos, tgt[:, :-1]], dim=1)  # (B, T)
 
 
+# [book/10_training.ipynb, cell 14]
 class LabelSmoothingLoss(nn.Module):
     """Cross-entropy against a smoothed target: the true token gets ``1 - smoothing``, every other token
     except ``pad_id`` gets ``smoothing / (V - 2)``, the pad token gets 0 (the sources' and the Annotated
@@ -100,6 +103,7 @@ class LabelSmoothingLoss(nn.Module):
         return total / keep.sum().clamp(min=1)
 
 
+# [book/10_training.ipynb, cell 23]
 def noam_lambda(d_model: int, warmup_steps: int, factor: float = 1.0) -> Callable[[int], float]:
     """The paper's learning rate as a function of LambdaLR's step counter, for
     ``torch.optim.lr_scheduler.LambdaLR(optimizer, noam_lambda(d_model, warmup))`` with the optimizer's
@@ -129,6 +133,7 @@ def noam_lambda(d_model: int, warmup_steps: int, factor: float = 1.0) -> Callabl
     return rate
 
 
+# [book/10_training.ipynb, cell 31]
 def _as_ids(seq, name: str) -> torch.Tensor:
     t = torch.as_tensor(seq)
     if t.dim() != 1 or t.numel() == 0:
@@ -199,6 +204,7 @@ class PadCollate:
         return Batch(src, tgt_in, tgt_out)
 
 
+# [book/10_training.ipynb, cell 33]
 class TokenBucketSampler(torch.utils.data.Sampler):
     """A batch sampler (``DataLoader(dataset, batch_sampler=...)``) that groups examples of similar length
     so that each batch holds at most ``max_tokens`` padded positions: ``len(batch) * max(lengths in batch)
@@ -284,6 +290,7 @@ class TokenBucketSampler(torch.utils.data.Sampler):
         return len(self._my_batches())
 
 
+# [book/10_training.ipynb, cell 34]
 def padding_fraction(loader: Iterable[Batch], pad_id: int = 0) -> float:
     """The share of pad positions in the source and target tensors of all the batches of ``loader``."""
     pads = total = 0
@@ -294,6 +301,7 @@ def padding_fraction(loader: Iterable[Batch], pad_id: int = 0) -> float:
     return pads / max(total, 1)
 
 
+# [book/10_training.ipynb, cell 38]
 def toy_task(kind: str, n: int, vocab_size: int = 13, min_len: int = 3, max_len: int = 8, seed: int = 0,
              first_id: int = 3) -> list[tuple[list[int], list[int]]]:
     """``n`` (source, target) pairs of random token ids in ``[first_id, vocab_size)`` (ids below ``first_id``
@@ -327,6 +335,7 @@ def reverse_task(n: int, **kwargs) -> list[tuple[list[int], list[int]]]:
     return toy_task("reverse", n, **kwargs)
 
 
+# [book/10_training.ipynb, cell 40]
 def _unwrap(model: nn.Module) -> nn.Module:
     return model.module if hasattr(model, "module") and isinstance(model.module, nn.Module) else model
 
@@ -386,6 +395,7 @@ def exact_match(model: nn.Module, loader: Iterable[Batch], method: str = "greedy
     return right / max(total, 1)
 
 
+# [book/10_training.ipynb, cell 42]
 def _rng_state() -> dict:
     np_state = np.random.get_state()
     state = {
@@ -452,6 +462,7 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module | None = None, opt
     return state
 
 
+# [book/10_training.ipynb, cell 44]
 def setup_distributed(backend: str | None = None) -> tuple[int, int, torch.device]:
     """Join the process group that ``torchrun`` describes in the environment (RANK, WORLD_SIZE,
     LOCAL_RANK, MASTER_ADDR, MASTER_PORT) and return (rank, world_size, device). The backend is nccl
@@ -485,6 +496,7 @@ def _rank() -> int:
     return torch.distributed.get_rank() if _dist_on() else 0
 
 
+# [book/10_training.ipynb, cell 46]
 @dataclass
 class TrainHistory:
     """What :func:`train` measured. ``loss`` and ``lr`` are logged every ``log_every`` steps at ``step``
