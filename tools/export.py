@@ -25,6 +25,7 @@ them), so that a traceback leads to the cell to edit.
 Usage::
 
     python tools/export.py            # write the modules
+    python tools/export.py book/10_training.ipynb    # write only the modules of one chapter
     python tools/export.py --check    # exit 1, naming the module, when anything differs
 
 ``--check`` fails when a module differs from what its chapter exports, when a module was edited by
@@ -202,11 +203,14 @@ def render_module(notebook_rel: str, cells: list[tuple[int, str]]) -> str:
     return header + content
 
 
-def export_all(root: Path = ROOT) -> dict[Path, str]:
-    """Map each module path to its expected text, from every chapter under ``root/book``."""
+def export_all(root: Path = ROOT, only: list[str] | None = None) -> dict[Path, str]:
+    """Map each module path to its expected text, from every chapter under ``root/book`` (or the
+    chapters named in ``only``, by file name or path)."""
     out: dict[Path, str] = {}
     owners: dict[str, Path] = {}
     for nb_path in sorted((root / "book").glob("*.ipynb")):
+        if only and not any(nb_path.name == Path(o).name for o in only):
+            continue
         modules = read_chapter(nb_path)
         rel = nb_path.relative_to(root).as_posix()
         for module, cells in modules.items():
@@ -250,9 +254,9 @@ def check(root: Path = ROOT) -> list[str]:
     return problems
 
 
-def write(root: Path = ROOT) -> list[Path]:
+def write(root: Path = ROOT, only: list[str] | None = None) -> list[Path]:
     written = []
-    for path, text in export_all(root).items():
+    for path, text in export_all(root, only).items():
         path.parent.mkdir(parents=True, exist_ok=True)
         if not path.exists() or path.read_text(encoding="utf-8") != text:
             path.write_text(text, encoding="utf-8")
@@ -264,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="fail when the package differs from the chapters")
     parser.add_argument("--root", type=Path, default=ROOT, help="repository root (default: this repository)")
+    parser.add_argument("chapters", nargs="*", help="write only the modules of these notebooks (default: all)")
     args = parser.parse_args(argv)
     try:
         if args.check:
@@ -273,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
             if not problems:
                 print(f"export check: {len(export_all(args.root))} modules match their chapters")
             return 1 if problems else 0
-        for path in write(args.root):
+        for path in write(args.root, args.chapters or None):
             print(f"wrote {path.relative_to(args.root)}")
         return 0
     except (ExportError, SyntaxError) as exc:
