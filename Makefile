@@ -1,11 +1,14 @@
 # The two commands a newcomer needs: `make book` and `make test`. Both bootstrap .venv first.
-PYTHON ?= python3.11
+# Python 3.11 when present, else the first Python >= 3.10 found (override with PYTHON=...).
+PYTHON ?= $(shell for p in python3.11 python3.12 python3.13 python3.10 python3; do \
+            command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+            2>/dev/null && { echo $$p; break; }; done)
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: setup export check lint test test-lib test-notebooks book check-pages bench clean help
+.PHONY: setup browser export check lint test test-lib test-notebooks book check-pages bench clean help
 
 help:
 	@echo "make book   - set up .venv, check the export, execute every chapter, build the HTML into _build/html,"
@@ -18,13 +21,29 @@ help:
 setup: $(STAMP)
 
 $(STAMP): requirements.txt pyproject.toml
+	@test -n "$(PYTHON)" || { echo "error: no Python >= 3.10 found (set PYTHON=...)"; exit 1; }
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (set PYTHON=...)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (transformer-book)" >/dev/null
+	@$(MAKE) --no-print-directory browser
 	touch $(STAMP)
+
+# The page check (make check-pages) drives Debian's chromium. Setup installs it with apt-get when it is
+# missing (as root, or through sudo -n); where that is impossible it says so and the page check later
+# fails with the command to run. Nothing else in the project installs system packages.
+browser:
+	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] || sudo -n true 2>/dev/null; then \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
+	  echo "installing Debian's chromium for the page check (apt-get)"; \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null \
+	  || { $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive \
+	       apt-get install -y -qq --no-install-recommends chromium >/dev/null; } \
+	  || echo "warning: could not install chromium; make check-pages needs it (sudo apt-get install chromium)"; \
+	else echo "warning: chromium is missing and apt-get needs root: run 'sudo apt-get install chromium'"; fi
 
 export: $(STAMP)
 	$(BIN)/python tools/export.py
@@ -52,7 +71,7 @@ book: check
 	$(BIN)/jupyter-book build . --all -W -n --keep-going
 	$(MAKE) --no-print-directory check-pages
 
-# Every built page in headless Chromium (Debian's chromium, installed with apt-get when missing), offline:
+# Every built page in headless Chromium (Debian's chromium, installed by make setup), offline:
 # fails on maths left raw, a missing image, a dead internal link or anchor, a JavaScript error.
 # Screenshots of each chapter's first screen go to _build/screenshots.
 check-pages: $(STAMP)

@@ -20,8 +20,9 @@ For each ``.html`` file under the book's output folder (default ``_build/html``)
 A screenshot of each chapter's first screen is written to ``_build/screenshots/<page>.png``.
 
 Chromium is driven over the Chrome DevTools Protocol on a pipe (``--remote-debugging-pipe``): no
-driver package, no port. When ``chromium`` is missing the script installs Debian's package with
-``apt-get`` (as root, or through ``sudo``); it never downloads a browser build.
+driver package, no port. The script installs nothing: ``make setup`` installs Debian's ``chromium`` with
+``apt-get``, and when it is missing the check fails with the command to run. It never downloads a
+browser build.
 
 Usage::
 
@@ -136,7 +137,8 @@ PAGE_PROBE = r"""
   out.ids = Array.from(document.querySelectorAll("[id]")).map((el) => el.id)
       .concat(Array.from(document.querySelectorAll("a[name]")).map((el) => el.getAttribute("name")));
   out.links = Array.from(document.querySelectorAll(
-      'a[href], area[href], link[href][rel~="next"], link[href][rel~="prev"], link[href][rel~="index"], link[href][rel~="search"]'))
+      'a[href], area[href], link[href][rel~="next"], link[href][rel~="prev"], '
+      + 'link[href][rel~="index"], link[href][rel~="search"]'))
       .map((a) => a.href);
   out.downloadIpynb = Array.from(document.querySelectorAll("a.btn-download-source-button"))
       .map((a) => a.href).filter((h) => h.split("?")[0].endsWith(".ipynb"));
@@ -151,33 +153,16 @@ PAGE_PROBE = r"""
 # --------------------------------------------------------------------------------------------- Chromium
 
 
-def find_chromium(install: bool = True) -> str:
-    """Path to Debian's chromium; install the package with apt-get when it is missing and allowed."""
+INSTALL_HINT = "run `make setup` (it installs Debian's chromium) or `sudo apt-get install chromium`"
+
+
+def find_chromium() -> str:
+    """Path to Debian's chromium. The page check installs nothing: `make setup` does."""
     for name in ("chromium", "chromium-browser"):
         path = shutil.which(name)
         if path:
             return path
-    if not install:
-        raise FileNotFoundError("chromium is not installed (Debian: apt-get install chromium)")
-    apt = shutil.which("apt-get")
-    if apt is None:
-        raise FileNotFoundError("chromium is not installed and apt-get is not available to install it")
-    prefix: list[str] = []
-    if os.geteuid() != 0:
-        sudo = shutil.which("sudo")
-        if sudo is None:
-            raise FileNotFoundError("chromium is not installed; run `sudo apt-get install chromium`")
-        prefix = [sudo, "-n"]
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    print("check_pages: chromium is missing; installing Debian's package with apt-get", file=sys.stderr)
-    cmd = prefix + [apt, "install", "-y", "--no-install-recommends", "chromium"]
-    if subprocess.run(cmd, env=env).returncode != 0:
-        subprocess.run(prefix + [apt, "update"], env=env, check=True)
-        subprocess.run(cmd, env=env, check=True)
-    path = shutil.which("chromium")
-    if path is None:
-        raise FileNotFoundError("apt-get ran but `chromium` is still not on PATH")
-    return path
+    raise FileNotFoundError(f"chromium is not installed: {INSTALL_HINT}")
 
 
 class CDPError(RuntimeError):
@@ -434,7 +419,8 @@ def _redirect_target(path: Path) -> str | None:
     """The target of a meta-refresh redirect page (Jupyter Book's index.html), else None."""
     if path.stat().st_size > 2048:
         return None
-    m = re.search(r'<meta\s+http-equiv="refresh"\s+content="\d+;\s*url=([^"]+)"', path.read_text(errors="replace"), re.I)
+    text = path.read_text(errors="replace")
+    m = re.search(r'<meta\s+http-equiv="refresh"\s+content="\d+;\s*url=([^"]+)"', text, re.I)
     return m.group(1) if m else None
 
 
@@ -444,7 +430,7 @@ def _short(url: str, base: str) -> str:
 
 def check_links(results: dict[str, PageResult], html_dir: Path, base: str) -> None:
     """Internal links must reach a file, and their #anchor an id of the target page."""
-    for page, res in results.items():
+    for res in results.values():
         seen: set[str] = set()
         for href in res.links:
             if href in seen or not href.startswith(base):
@@ -484,7 +470,8 @@ def check_site(html_dir: Path, screenshots: Path | None, chromium: str, verbose:
         for rel in pages:
             redirect = _redirect_target(html_dir / rel)
             if redirect is not None:  # e.g. index.html -> book/intro.html: a reader lands on the target
-                res = PageResult(rel, links=[base + posixpath.normpath(posixpath.join(posixpath.dirname(rel), redirect))])
+                target = posixpath.normpath(posixpath.join(posixpath.dirname(rel), redirect))
+                res = PageResult(rel, links=[base + target])
                 res.stats = f"redirect to {redirect}"
             else:
                 # A chapter page is one built from a notebook: Sphinx copies its source to _sources/.
@@ -560,7 +547,8 @@ def self_test(chromium: str) -> int:
         site = Path(tmp)
         for name, text in _SELF_TEST_PAGES.items():
             (site / name).write_text(text, encoding="utf-8")
-        png = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==")
+        png = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQ"
+                               "IAX8jx0gAAAABJRU5ErkJggg==")
         (site / "ok.png").write_bytes(png)
         (site / "broken.png").write_bytes(b"this is not a png")
         (site / "_sources").mkdir()
@@ -583,7 +571,8 @@ def self_test(chromium: str) -> int:
             print(f"      found: {p}")
         for w in missing:
             print(f"      NOT FOUND: {w}")
-    print("check_pages self-test: " + ("FAILED" if failed else "every check fires on its broken page, none on the good one"))
+    print("check_pages self-test: "
+          + ("FAILED" if failed else "every check fires on its broken page, none on the good one"))
     return 1 if failed else 0
 
 
@@ -605,10 +594,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--self-test", action="store_true", help="check the checker on pages made to fail")
     parser.add_argument("--every-screenshot", action="store_true",
                         help="screenshot every page, not only the chapters")
-    parser.add_argument("--no-install", action="store_true", help="do not apt-get install chromium when missing")
     args = parser.parse_args(argv)
     try:
-        chromium = find_chromium(install=not args.no_install)
+        chromium = find_chromium()
     except (FileNotFoundError, subprocess.CalledProcessError) as exc:
         print(f"check_pages: {exc}", file=sys.stderr)
         return 2

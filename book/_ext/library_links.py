@@ -149,7 +149,7 @@ class TransformerLibAPI(SphinxDirective):
         # The package itself first, so that {py:mod}`transformer_lib` resolves too.
         lines: list[str] = ["```{eval-rst}", f".. automodule:: {PACKAGE}", "```", ""]
         mods = sorted(lib["modules"].items(), key=lambda kv: _chapter_order(kv[1]))
-        for module, docname in mods:
+        for module, _docname in mods:
             # Markdown (this page is MyST): a heading per module, autodoc inside {eval-rst} because
             # autodoc's output and the docstrings are reStructuredText.
             lines += [f"## `{PACKAGE}.{module}`", "",
@@ -365,7 +365,7 @@ def _machine() -> str:
 
         if torch.cuda.is_available():
             gpu = f"GPU: {torch.cuda.get_device_name(0)}"
-    except Exception:  # noqa: BLE001 - the box is informative only
+    except Exception:  # the box is informative only
         gpu = "GPU unknown"
     return f"{cores} CPU core{'s' if cores != 1 else ''}, {gpu}"
 
