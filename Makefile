@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: setup browser export check lint test test-lib test-notebooks book check-pages bench clean help
+.PHONY: setup browser export check lint test test-deep test-lib test-notebooks book check-pages bench clean help
 
 help:
 	@echo "make book   - set up .venv, check the export, execute every chapter, build the HTML into _build/html,"
@@ -16,6 +16,7 @@ help:
 	@echo "make test   - set up .venv, check the export, run pytest on tests/ and nbval on every chapter"
 	@echo "make export - regenerate transformer_lib/ from the chapters"
 	@echo "make lint   - ruff (library, tests, tools, benchmarks, notebooks) and mypy (library) alone"
+	@echo "make test-deep - the property tests, three runs with fresh seeds and ten times the examples"
 	@echo "make bench  - run the benchmarks (ratios against PyTorch's own modules)"
 
 setup: $(STAMP)
@@ -65,6 +66,13 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 test: lint test-lib test-notebooks
+
+# The property tests only, three runs with fresh seeds and ten times their usual number of examples each
+# (tests/conftest.py): a property that holds only for lucky inputs fails here.
+test-deep: check
+	@for run in 1 2 3; do echo "== property tests, deep run $$run of 3"; \
+	  CI= HYPOTHESIS_DEEP=10 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 -m hypothesis -p no:cacheprovider tests/ \
+	  || exit 1; done
 
 book: check
 	rm -rf _build/html _build/.doctrees

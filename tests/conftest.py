@@ -1,15 +1,33 @@
-"""Shared test settings."""
+"""Shared test settings.
+
+Hypothesis profiles: on CI (``CI`` set) the property tests draw the same examples every run, so a red CI
+means a change, not luck; locally they explore fresh examples each run and keep failures in .hypothesis/
+to replay. ``make test-deep`` sets ``HYPOTHESIS_DEEP=N``: every property test then draws N times its
+usual number of examples, from fresh seeds, to find a property that is false for a rare input.
+"""
 import os
 
 import pytest
 import torch
 from hypothesis import settings
 
-# On CI the property tests draw the same examples every run (a red CI then means a change, not luck);
-# locally they explore new examples each run and keep failures in .hypothesis/ to replay.
 settings.register_profile("ci", derandomize=True, deadline=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+DEEP = int(os.environ.get("HYPOTHESIS_DEEP", "0") or 0)
+
+
+def pytest_collection_modifyitems(items):
+    """Under HYPOTHESIS_DEEP=N, multiply each property test's own max_examples by N (fresh seeds)."""
+    if DEEP <= 1:
+        return
+    for item in items:
+        test = getattr(item, "obj", None)
+        own = getattr(test, "_hypothesis_internal_use_settings", None)
+        if own is not None:
+            test._hypothesis_internal_use_settings = settings(
+                own, max_examples=own.max_examples * DEEP, derandomize=False, deadline=None)
 
 
 @pytest.fixture(autouse=True, scope="session")
