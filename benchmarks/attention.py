@@ -14,9 +14,9 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import add_timing_args, apply_threads, header, time_pair  # noqa: E402
+from common import add_timing_args, apply_threads, header, time_pair
 
-from transformer_lib import MultiHeadAttention, padding_mask  # noqa: E402
+from transformer_lib import MultiHeadAttention, default_device, padding_mask
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     apply_threads(args)
 
     torch.manual_seed(0)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = default_device()
     B, L, d, h = args.batch, args.length, args.d_model, args.heads
     ours = MultiHeadAttention(d, h).to(device)
     ref = nn.MultiheadAttention(d, h, batch_first=True).to(device)

@@ -3,6 +3,7 @@ nn.MultiheadAttention with copied weights), properties, the KV-cache protocol an
 from __future__ import annotations
 
 import math
+import sys
 
 import pytest
 import torch
@@ -126,7 +127,9 @@ def test_self_attention_is_permutation_equivariant(L, d, seed):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(L, d, generator=g)
     W = [torch.randn(d, d, generator=g) for _ in range(3)]
-    f = lambda x: attention(x @ W[0], x @ W[1], x @ W[2])[0]
+
+    def f(x):
+        return attention(x @ W[0], x @ W[1], x @ W[2])[0]
     perm = torch.randperm(L, generator=g)
     torch.testing.assert_close(f(x[perm]), f(x)[perm], atol=1e-5, rtol=1e-5)
 
@@ -325,3 +328,61 @@ def test_sdpa_path_zeroes_empty_rows_even_if_the_kernel_gives_nan(monkeypatch):
     out.sum().backward()
     assert torch.isfinite(out).all() and torch.isfinite(x.grad).all()
     torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-5)
+
+
+# --- validation once, no host-device synchronisation ------------------------------------------------------
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_forward_checks_the_mask_once_per_call(monkeypatch, need_weights):
+    """MultiHeadAttention checks its mask once per call, on both paths (the explicit path does not check it
+    again through the public `attention`)."""
+    attention_module = sys.modules["transformer_lib.attention"]   # the package's `attention` is the function
+    calls = []
+    real = attention_module.check_mask
+    monkeypatch.setattr(attention_module, "check_mask", lambda *a, **k: (calls.append(a), real(*a, **k)))
+    mha = MultiHeadAttention(8, 2).eval()
+    x = torch.randn(2, 5, 8)
+    mha(x, x, x, torch.ones(2, 1, 1, 5, dtype=torch.bool), need_weights=need_weights)
+    assert len(calls) == 1
+
+
+def test_forward_reads_no_value_back_from_the_device():
+    """On the meta device tensors have shapes but no values: reading one back (.item(), bool(t), .tolist())
+    raises. Both paths, the cache and the public function therefore run without a host-device sync."""
+    mha = MultiHeadAttention(8, 2).to("meta")
+    x = torch.randn(2, 5, 8, device="meta")
+    mask = torch.ones(2, 1, 5, 5, dtype=torch.bool, device="meta")
+    assert mha(x, x, x, mask).shape == (2, 5, 8)
+    out, w = mha(x, x, x, mask, need_weights=True)
+    assert out.shape == (2, 5, 8) and w.shape == (2, 2, 5, 5)
+    cache: dict = {}
+    mha(x, x, x, cache=cache)
+    assert mha(x[:, :1], x[:, :1], x[:, :1], cache=cache).shape == (2, 1, 8)
+    assert attention(x, x, x, mask[:, 0])[0].shape == (2, 5, 8)
+    check_mask(mask, (2, 2, 5, 5))
+
+
+def test_constructor_refuses_bool_and_float_sizes():
+    for kwargs, word in [(dict(d_model=True, n_heads=1), "d_model"), (dict(d_model=8, n_heads=2.0), "n_heads"),
+                         (dict(d_model=8, n_heads=2, dropout=float("nan")), "dropout")]:
+        with pytest.raises(ValueError, match=word):
+            MultiHeadAttention(**kwargs)
+
+
+def test_attention_leading_dimensions_must_broadcast():
+    with pytest.raises(ValueError, match="leading dimensions of q .* and k .* do not broadcast"):
+        attention(torch.randn(2, 3, 4), torch.randn(3, 5, 4), torch.randn(3, 5, 4))
+
+
+def test_a_bad_mask_leaves_the_cache_as_it_was():
+    mha = MultiHeadAttention(8, 2).eval()
+    x = torch.randn(2, 3, 8)
+    cache: dict = {}
+    mha(x, x, x, cache=cache)
+    k_before = cache["k"]
+    step = x[:, :1]
+    with pytest.raises(ValueError, match="does not broadcast"):
+        mha(step, step, step, torch.ones(2, 1, 1, 3, dtype=torch.bool), cache=cache)   # needs 4 keys
+    assert cache["k"] is k_before
+    out = mha(step, step, step, torch.ones(2, 1, 1, 4, dtype=torch.bool), cache=cache)
+    assert out.shape == (2, 1, 8) and cache["k"].size(2) == 4

@@ -1,4 +1,4 @@
-"""Tests of transformer_lib.embedding (chapter 1): TokenEmbedding, check_token_ids, default_device."""
+"""Tests of transformer_lib.embedding (chapter 1): TokenEmbedding (the checks: tests/test_checks.py)."""
 from __future__ import annotations
 
 import math
@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import transformer_lib as tl
-from transformer_lib.embedding import TokenEmbedding, check_token_ids, default_device
+from transformer_lib.checks import check_token_ids, default_device
+from transformer_lib.embedding import TokenEmbedding
 
 
 def test_public_api_is_reexported():
@@ -155,9 +156,9 @@ def test_check_token_ids_uses_the_given_name_and_rejects_non_tensors():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(vocab_size=0, d_model=4), "vocab_size must be a positive int"),
-        (dict(vocab_size=10, d_model=0), "d_model must be a positive int"),
-        (dict(vocab_size=10.0, d_model=4), "vocab_size must be a positive int"),
+        (dict(vocab_size=0, d_model=4), "vocab_size must be an int >= 1"),
+        (dict(vocab_size=10, d_model=0), "d_model must be an int >= 1"),
+        (dict(vocab_size=10.0, d_model=4), "vocab_size must be an int >= 1"),
         (dict(vocab_size=10, d_model=4, padding_idx=10), r"padding_idx must be a token id in \[0, 10\)"),
         (dict(vocab_size=10, d_model=4, padding_idx=-11), "padding_idx must be a token id"),
     ],
@@ -167,13 +168,19 @@ def test_bad_constructor_arguments(kwargs, match):
         TokenEmbedding(**kwargs)
 
 
-def test_default_device_follows_cuda_availability(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert default_device() == torch.device("cpu")
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert default_device() == torch.device("cuda")
-
-
 def test_output_follows_module_dtype():
     emb = TokenEmbedding(10, 4).to(torch.float64)
     assert emb(torch.tensor([[1, 2]])).dtype == torch.float64
+
+
+def test_forward_reads_no_value_back_from_the_device():
+    """On the meta device a value cannot be read back; the lookup and its id check still run (the check is
+    queued with torch._assert_async off the CPU)."""
+    emb = TokenEmbedding(10, 4, padding_idx=0).to("meta")
+    assert emb(torch.zeros(2, 3, dtype=torch.long, device="meta")).shape == (2, 3, 4)
+
+
+@pytest.mark.parametrize("padding_idx", [True, 2.0, "0"])
+def test_padding_idx_must_be_an_int(padding_idx):
+    with pytest.raises(ValueError, match="padding_idx must be a token id"):
+        TokenEmbedding(10, 4, padding_idx=padding_idx)

@@ -119,5 +119,19 @@ def test_attention_stack_without_ffn_is_affine_on_repeated_tokens():
     y = torch.randn(1, 1, 16).expand(2, 5, 16)
     zero = torch.zeros(2, 5, 16)
     for with_ffn, affine in ((False, True), (True, False)):
-        g = lambda t: f(t, with_ffn) - f(zero, with_ffn)
+        def g(t, with_ffn=with_ffn):
+            return f(t, with_ffn) - f(zero, with_ffn)
         assert torch.allclose(g(x + y), g(x) + g(y), atol=1e-5) is affine
+
+
+def test_forward_reads_no_value_back_from_the_device():
+    ffn = PositionwiseFeedForward(8, 32).to("meta")
+    assert ffn(torch.zeros(2, 3, 8, device="meta")).shape == (2, 3, 8)
+
+
+@pytest.mark.parametrize("kwargs, word", [(dict(d_model=True, d_ff=4), "d_model"),
+                                          (dict(d_model=8, d_ff=False), "d_ff"),
+                                          (dict(d_model=8, d_ff=4, dropout=float("nan")), "dropout")])
+def test_bool_sizes_and_nan_dropout_are_refused(kwargs, word):
+    with pytest.raises(ValueError, match=word):
+        PositionwiseFeedForward(**kwargs)

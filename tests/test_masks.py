@@ -74,12 +74,25 @@ def test_causal_mask_bad_size(size):
 
 
 @pytest.mark.parametrize("ids", [torch.tensor([1, 2, 0]), torch.ones(2, 2, 2, dtype=torch.long),
-                                 torch.ones(2, 3), torch.ones(2, 3, dtype=torch.bool), [[1, 2, 0]]])
+                                 torch.ones(2, 3), torch.ones(2, 3, dtype=torch.bool)])
 def test_bad_ids(ids):
     with pytest.raises(ValueError, match="ids"):
         padding_mask(ids, PAD)
     with pytest.raises(ValueError, match="ids"):
         target_mask(ids, PAD)
+
+
+def test_ids_that_are_not_a_tensor():
+    with pytest.raises(TypeError, match="ids must be a torch.Tensor"):
+        padding_mask([[1, 2, 0]], PAD)
+    with pytest.raises(TypeError, match="ids must be a torch.Tensor"):
+        target_mask([[1, 2, 0]], PAD)
+
+
+def test_masks_need_no_vocabulary():
+    """Masks check the ids' type and shape only: any integer id, even one no vocabulary holds, is a key."""
+    ids = torch.tensor([[-5, 10**6, PAD]])
+    assert padding_mask(ids, PAD).tolist() == [[[[True, True, False]]]]
 
 
 # --- the guarantees, inside attention --------------------------------------------------------------------

@@ -64,7 +64,8 @@ def test_layer_norm_uses_population_variance():
 def test_from_scratch_low_precision(dtype):
     """Statistics in float32: large half-precision inputs (x² overflows float16) stay finite and correct."""
     x = torch.randn(4, 64) * 300
-    for ours, ref in ((layer_norm(x.to(dtype)), F.layer_norm(x, (64,))), (rms_norm(x.to(dtype)), F.rms_norm(x, (64,), eps=1e-6))):
+    for ours, ref in ((layer_norm(x.to(dtype)), F.layer_norm(x, (64,))),
+                      (rms_norm(x.to(dtype)), F.rms_norm(x, (64,), eps=1e-6))):
         assert ours.dtype == dtype and torch.isfinite(ours).all()
         torch.testing.assert_close(ours.float(), ref, atol=2e-2, rtol=2e-2)
 
@@ -150,5 +151,24 @@ def test_sublayer_matches_torch_encoder_layer_blocks():
     (lambda: SublayerConnection(8, dropout=0.0)(torch.randn(2, 3, 8), lambda y: y[:, :1]), "sublayer"),
 ])
 def test_bad_input(build, word):
+    with pytest.raises(ValueError, match=word):
+        build()
+
+
+@pytest.mark.parametrize("build", [lambda: LayerNorm(8), lambda: LayerNorm(8, fused=False), lambda: RMSNorm(8),
+                                   lambda: RMSNorm(8, fused=False)])
+def test_forward_reads_no_value_back_from_the_device(build):
+    norm = build().to("meta")
+    assert norm(torch.zeros(2, 3, 8, device="meta")).shape == (2, 3, 8)
+
+
+@pytest.mark.parametrize("build, word", [
+    (lambda: LayerNorm(True), "d_model"),
+    (lambda: RMSNorm(8, eps=float("nan")), "eps"),
+    (lambda: LayerNorm(8, eps=float("inf")), "eps"),
+    (lambda: SublayerConnection(8, dropout=1.5), "dropout"),
+    (lambda: SublayerConnection(8, norm="rms", eps=-1.0), "eps"),
+])
+def test_constructors_check_their_arguments(build, word):
     with pytest.raises(ValueError, match=word):
         build()

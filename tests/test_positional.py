@@ -120,7 +120,7 @@ def test_start_pos_accepts_integer_like_values(module_cls):
 @pytest.mark.parametrize("start_pos", [-1, 1.0, True, torch.tensor(-2), torch.tensor(1.0), "3"])
 def test_bad_start_pos_raises(module_cls, start_pos):
     m = module_cls(4, max_len=10)
-    with pytest.raises(ValueError, match="start_pos must be a non-negative int"):
+    with pytest.raises(ValueError, match="start_pos must be an int >= 0"):
         m(torch.zeros(1, 2, 4), start_pos=start_pos)
 
 
@@ -134,8 +134,8 @@ def test_wrong_input_shape_raises(module_cls, shape):
 
 @pytest.mark.parametrize(
     "args, match",
-    [((0, 8), "max_len must be a positive int"), ((10, 0), "d_model must be a positive int"),
-     ((10.0, 8), "max_len must be a positive int"), ((True, 8), "max_len must be a positive int")],
+    [((0, 8), "max_len must be an int >= 1"), ((10, 0), "d_model must be an int >= 1"),
+     ((10.0, 8), "max_len must be an int >= 1"), ((True, 8), "max_len must be an int >= 1")],
 )
 def test_sinusoidal_table_bad_arguments(args, match):
     with pytest.raises(ValueError, match=match):
@@ -143,11 +143,11 @@ def test_sinusoidal_table_bad_arguments(args, match):
 
 
 def test_bad_constructor_arguments():
-    with pytest.raises(ValueError, match="max_len must be a positive int"):
+    with pytest.raises(ValueError, match="max_len must be an int >= 1"):
         PositionalEncoding(8, max_len=0)
-    with pytest.raises(ValueError, match="d_model must be a positive int"):
+    with pytest.raises(ValueError, match="d_model must be an int >= 1"):
         PositionalEncoding(0)
-    with pytest.raises(ValueError, match="max_len must be a positive int"):
+    with pytest.raises(ValueError, match="max_len must be an int >= 1"):
         LearnedPositionalEncoding(8, max_len=0)
     with pytest.raises(ValueError):
         PositionalEncoding(8, dropout=1.5)
@@ -186,3 +186,24 @@ def test_learned_encoding_adds_its_table_and_unseen_rows_get_no_gradient():
     m(x).sum().backward()
     grad = m.table.weight.grad
     assert (grad[:7] != 0).all() and torch.equal(grad[7:], torch.zeros(13, 6))
+
+
+@pytest.mark.parametrize("module_cls", [PositionalEncoding, LearnedPositionalEncoding])
+def test_forward_reads_no_value_back_from_the_device(module_cls):
+    """On the meta device a value cannot be read back: the forward pass checks shapes only."""
+    m = module_cls(4, max_len=10).to("meta")
+    assert m(torch.zeros(2, 3, 4, device="meta"), start_pos=7).shape == (2, 3, 4)
+
+
+@pytest.mark.parametrize("base", [1.0, 0.5, float("nan"), float("inf"), True])
+def test_sinusoidal_table_bad_base(base):
+    with pytest.raises(ValueError, match="base must be a finite number > 1.0"):
+        sinusoidal_table(4, 8, base=base)
+
+
+@pytest.mark.parametrize("module_cls", [PositionalEncoding, LearnedPositionalEncoding])
+@pytest.mark.parametrize("kwargs, word", [(dict(d_model=True), "d_model"), (dict(d_model=4, max_len=3.0), "max_len"),
+                                          (dict(d_model=4, dropout=-0.1), "dropout")])
+def test_constructors_check_their_arguments(module_cls, kwargs, word):
+    with pytest.raises(ValueError, match=word):
+        module_cls(**kwargs)

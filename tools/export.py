@@ -193,6 +193,8 @@ def render_module(notebook_rel: str, cells: list[tuple[int, str]]) -> str:
     body = "\n\n\n".join("\n".join(lines) for lines in chunks) + "\n"
     names = public_names(body)
     all_line = "__all__ = [" + ", ".join(repr(n) for n in names) + "]\n"
+    if len(all_line) > 89:  # one name a line, within the book's 88 columns
+        all_line = "__all__ = [\n" + "".join(f"    {n!r},\n" for n in names) + "]\n"
     content = body + "\n\n" + all_line
     header = (
         f'"""Generated from {notebook_rel}: edit the notebook, not this file.\n\n'

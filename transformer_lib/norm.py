@@ -1,70 +1,74 @@
 """Generated from book/06_residual_and_norm.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: ef3b7dd0627e6a28
+# digest: 8c4f143276892195
 # fmt: off
 
 # [book/06_residual_and_norm.ipynb, cell 14]
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from transformer_lib.checks import check_float, check_int, check_probability
+
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
-def _check_norm_args(d_model: int, eps: float) -> None:
-    if not isinstance(d_model, int) or isinstance(d_model, bool) or d_model < 1:
-        raise ValueError(f"d_model must be a positive int, got {d_model!r}")
-    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or eps < 0:
-        raise ValueError(f"eps must be a number >= 0, got {eps!r}")
+def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None,
+               bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
+    """LayerNorm from scratch over the last dimension, with the population variance
+    (divide by d).
 
-
-def _check_width(x: torch.Tensor, d_model: int) -> None:
-    if x.size(-1) != d_model:
-        raise ValueError(f"x must have last dimension d_model={d_model}, got shape {tuple(x.shape)}")
-
-
-def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-               eps: float = 1e-5) -> torch.Tensor:
-    """LayerNorm from scratch over the last dimension, with the population variance (divide by d).
-
-    float16/bfloat16 inputs are normalised in float32 and the result cast back, as PyTorch's kernels do.
+    float16/bfloat16 inputs are normalised in float32 and the result cast back, as
+    PyTorch's kernels do.
     """
     xf = x.float() if x.dtype in _LOW_PRECISION else x
-    mean = xf.mean(dim=-1, keepdim=True)                        # (…, 1)
-    var = ((xf - mean) ** 2).mean(dim=-1, keepdim=True)         # (…, 1): divide by d, not d - 1
-    y = ((xf - mean) * torch.rsqrt(var + eps)).to(x.dtype)      # (…, d): mean 0, variance 1
+    mean = xf.mean(dim=-1, keepdim=True)                    # (…, 1)
+    var = ((xf - mean) ** 2).mean(dim=-1, keepdim=True)     # (…, 1): divide by d
+    y = ((xf - mean) * torch.rsqrt(var + eps)).to(x.dtype)  # (…, d): mean 0, variance 1
     if weight is not None:
-        y = y * weight                                          # γ
+        y = y * weight                                      # γ
     if bias is not None:
-        y = y + bias                                            # β
+        y = y + bias                                        # β
     return y
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6) -> torch.Tensor:
-    """RMSNorm from scratch: x / sqrt(mean(x²) + eps) · weight, over the last dimension."""
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None,
+             eps: float = 1e-6) -> torch.Tensor:
+    """RMSNorm from scratch: x / sqrt(mean(x²) + eps) · weight, over the last
+    dimension."""
     xf = x.float() if x.dtype in _LOW_PRECISION else x
-    y = (xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps)).to(x.dtype)   # (…, d)
+    ms = xf.pow(2).mean(dim=-1, keepdim=True)               # (…, 1): mean of squares
+    y = (xf * torch.rsqrt(ms + eps)).to(x.dtype)            # (…, d)
     return y if weight is None else y * weight
+
+
+# [book/06_residual_and_norm.ipynb, cell 16]
+def _check_width(x: torch.Tensor, d_model: int) -> None:
+    if x.size(-1) != d_model:
+        raise ValueError(f"x must have last dimension d_model={d_model}, "
+                         f"got shape {tuple(x.shape)}")
 
 
 class LayerNorm(nn.Module):
     """LayerNorm(d_model, eps=1e-5): same results as ``nn.LayerNorm(d_model, eps)``.
 
-    ``fused=True`` (default) calls ``F.layer_norm`` (one kernel, the speed of PyTorch's module);
-    ``fused=False`` runs the from-scratch :func:`layer_norm`. Both compute the same formula.
+    ``fused=True`` (default) calls ``F.layer_norm`` (one kernel, the speed of PyTorch's
+    module); ``fused=False`` runs the from-scratch :func:`layer_norm`. Both compute the
+    same formula.
     """
 
     def __init__(self, d_model: int, eps: float = 1e-5, fused: bool = True):
         super().__init__()
-        _check_norm_args(d_model, eps)
-        self.d_model, self.eps, self.fused = d_model, eps, fused
-        self.weight = nn.Parameter(torch.ones(d_model))         # γ
-        self.bias = nn.Parameter(torch.zeros(d_model))          # β
+        self.d_model = check_int(d_model, "d_model")
+        self.eps = check_float(eps, "eps", 0.0)
+        self.fused = fused
+        self.weight = nn.Parameter(torch.ones(d_model))     # γ
+        self.bias = nn.Parameter(torch.zeros(d_model))      # β
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_width(x, self.d_model)
@@ -77,17 +81,19 @@ class LayerNorm(nn.Module):
 
 
 class RMSNorm(nn.Module):
-    """RMSNorm(d_model, eps=1e-6): x / sqrt(mean(x²) + eps) · weight, same results as ``nn.RMSNorm``.
+    """RMSNorm(d_model, eps=1e-6): x / sqrt(mean(x²) + eps) · weight, same results as
+    ``nn.RMSNorm``.
 
-    ``fused=True`` (default) calls ``F.rms_norm`` (what ``nn.RMSNorm`` calls); ``fused=False`` runs the
-    from-scratch :func:`rms_norm`.
+    ``fused=True`` (default) calls ``F.rms_norm`` (what ``nn.RMSNorm`` calls);
+    ``fused=False`` runs the from-scratch :func:`rms_norm`.
     """
 
     def __init__(self, d_model: int, eps: float = 1e-6, fused: bool = True):
         super().__init__()
-        _check_norm_args(d_model, eps)
-        self.d_model, self.eps, self.fused = d_model, eps, fused
-        self.weight = nn.Parameter(torch.ones(d_model))         # γ; there is no β
+        self.d_model = check_int(d_model, "d_model")
+        self.eps = check_float(eps, "eps", 0.0)
+        self.fused = fused
+        self.weight = nn.Parameter(torch.ones(d_model))     # γ; there is no β
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_width(x, self.d_model)
@@ -99,9 +105,10 @@ class RMSNorm(nn.Module):
         return f"{self.d_model}, eps={self.eps}, fused={self.fused}"
 
 
-# [book/06_residual_and_norm.ipynb, cell 28]
+# [book/06_residual_and_norm.ipynb, cell 30]
 def make_norm(kind: str, d_model: int, eps: float = 1e-5) -> nn.Module:
-    """A normalisation layer by name: ``"layer"`` (:class:`LayerNorm`) or ``"rms"`` (:class:`RMSNorm`)."""
+    """A normalisation layer by name: ``"layer"`` (:class:`LayerNorm`) or ``"rms"``
+    (:class:`RMSNorm`)."""
     if kind == "layer":
         return LayerNorm(d_model, eps)
     if kind == "rms":
@@ -115,25 +122,34 @@ class SublayerConnection(nn.Module):
     Post-Norm (the paper, default): ``norm(x + dropout(sublayer(x)))``.
     Pre-Norm (``norm_first=True``): ``x + dropout(sublayer(norm(x)))``.
 
-    ``forward(x, sublayer)`` takes the sublayer as a callable, so one wrapper serves self-attention,
-    cross-attention and the feed-forward network; the callable must return a tensor of x's shape.
+    ``forward(x, sublayer)`` takes the sublayer as a callable, so one wrapper serves
+    self-attention, cross-attention and the feed-forward network; the callable must
+    return a tensor of x's shape.
     """
 
-    def __init__(self, d_model: int, dropout: float = 0.1, norm_first: bool = False, norm: str = "layer",
-                 eps: float = 1e-5):
+    def __init__(self, d_model: int, dropout: float = 0.1, norm_first: bool = False,
+                 norm: str = "layer", eps: float = 1e-5):
         super().__init__()
         self.norm = make_norm(norm, d_model, eps)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(check_probability(dropout, "dropout"))
         self.norm_first = norm_first
 
-    def forward(self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-        out = sublayer(self.norm(x) if self.norm_first else x)            # (B, L, d_model)
+    def forward(self, x: torch.Tensor,
+                sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        out = sublayer(self.norm(x) if self.norm_first else x)  # (B, L, d_model)
         if out.shape != x.shape:
-            raise ValueError(f"sublayer must return a tensor of the input's shape {tuple(x.shape)}, "
-                             f"got {tuple(out.shape)}")
+            raise ValueError("sublayer must return a tensor of the input's shape "
+                             f"{tuple(x.shape)}, got {tuple(out.shape)}")
         if self.norm_first:
-            return x + self.dropout(out)                                   # Pre-Norm
-        return self.norm(x + self.dropout(out))                            # Post-Norm
+            return x + self.dropout(out)                        # Pre-Norm
+        return self.norm(x + self.dropout(out))                 # Post-Norm
 
 
-__all__ = ['layer_norm', 'rms_norm', 'LayerNorm', 'RMSNorm', 'make_norm', 'SublayerConnection']
+__all__ = [
+    'layer_norm',
+    'rms_norm',
+    'LayerNorm',
+    'RMSNorm',
+    'make_norm',
+    'SublayerConnection',
+]
