@@ -17,15 +17,16 @@ minutes on a CPU either way, the uncached beam search at 128 tokens is most of i
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import add_timing_args, apply_threads, header, time_pair  # noqa: E402
+from common import add_timing_args, apply_threads, header, time_pair
 
-import transformer_lib as tl  # noqa: E402
+import transformer_lib as tl
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -59,14 +60,16 @@ def main(argv: list[str] | None = None) -> None:
            f"{args.layers}+{args.layers} layers, d_ff {args.d_ff}, vocabulary {args.vocab}, beam {args.beam}")
     print(f"{'new tokens':>10} | {'greedy: no cache / cache':>24} | {'beam: no cache / cache':>22} | "
           f"{'beam / greedy (cached)':>22} | greedy cached, ms")
+    greedy = functools.partial(tl.greedy_decode, model, src)
+    beam = functools.partial(tl.beam_search, model, src, args.beam)
     for n in (int(t) for t in args.tokens.split(",")):
-        greedy = lambda use_cache: tl.greedy_decode(model, src, n, use_cache=use_cache)           # noqa: E731
-        beam = lambda use_cache: tl.beam_search(model, src, args.beam, n, use_cache=use_cache)    # noqa: E731
-        out = greedy(True)
+        out = greedy(n, use_cache=True)
         assert out.size(1) == n + 1, "a sentence stopped early: the timing would not be of n tokens"
-        assert torch.equal(out, greedy(False))
-        g_nc, g_c = time_pair(lambda: greedy(False), lambda: greedy(True), repeat, warmup, rounds)
-        b_nc, b_c = time_pair(lambda: beam(False), lambda: beam(True), repeat, warmup, rounds)
+        assert torch.equal(out, greedy(n, use_cache=False))
+        g_nc, g_c = time_pair(functools.partial(greedy, n, use_cache=False),
+                              functools.partial(greedy, n, use_cache=True), repeat, warmup, rounds)
+        b_nc, b_c = time_pair(functools.partial(beam, n, use_cache=False),
+                              functools.partial(beam, n, use_cache=True), repeat, warmup, rounds)
         print(f"{n:>10} | {g_nc / g_c:>23.1f}x | {b_nc / b_c:>21.1f}x | {b_c / g_c:>21.1f}x | {1e3 * g_c:.0f}",
               flush=True)
 

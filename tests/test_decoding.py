@@ -1,10 +1,12 @@
 """Tests of transformer_lib.decoding (chapter 11): KV-cache decoding equals full decoding, beam size 1
 equals greedy, sampling limits equal greedy, sampled frequencies match the filtered distribution, beam
 search against a plain one-sentence reference, reported scores against teacher-forced log-probs, bad
-input. Models are tiny and in float64, so that cached and uncached decoding cannot differ by rounding."""
+input, models that are not Transformers (duck typing), one read-back from the device per step. Models
+are tiny and in float64, so that cached and uncached decoding cannot differ by rounding."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -12,8 +14,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import transformer_lib as tl
-from transformer_lib.decoding import (beam_search, greedy_decode, length_penalty_factor, sample,
-                                      sampling_distribution)
+from transformer_lib.decoding import (
+    beam_search,
+    greedy_decode,
+    length_penalty_factor,
+    sample,
+    sampling_distribution,
+)
 
 PAD, BOS, EOS = 0, 1, 2
 
@@ -56,7 +63,8 @@ def test_cached_logits_equal_full_recomputation(seed, norm_first, B, steps):
     model = make_model(seed % 7, norm_first=norm_first).eval()
     x = make_src(seed, B, 5)
     mask = tl.padding_mask(x, PAD)
-    ys = torch.cat([torch.full((B, 1), BOS), torch.randint(3, 10, (B, steps), generator=torch.Generator().manual_seed(seed))], 1)
+    tokens = torch.randint(3, 10, (B, steps), generator=torch.Generator().manual_seed(seed))
+    ys = torch.cat([torch.full((B, 1), BOS), tokens], 1)
     with torch.no_grad():
         memory = model.encode(x, mask)
         full = model.decode(ys, memory, mask)                                     # (B, T, V)
@@ -256,7 +264,8 @@ def _reference_distribution(logits, temperature, top_k, top_p):
     w = {i: math.exp(z[i] - m) for i in keep}
     total = sum(w.values())
     p = {i: w[i] / total for i in keep}
-    kept, mass = [], 0.0
+    kept: list[int] = []
+    mass = 0.0
     for i in [i for i in order if i in keep]:
         if kept and mass >= top_p:
             break
@@ -267,7 +276,8 @@ def _reference_distribution(logits, temperature, top_k, top_p):
 
 
 @settings(max_examples=60, deadline=None)
-@given(logits=st.lists(st.floats(-5, 5, allow_nan=False, width=32), min_size=2, max_size=12),   # float32 values: the function works in float32
+# float32 values: the function works in float32
+@given(logits=st.lists(st.floats(-5, 5, allow_nan=False, width=32), min_size=2, max_size=12),
        temperature=st.sampled_from([0.3, 1.0, 2.5]), top_k=st.integers(0, 12),
        top_p=st.sampled_from([0.1, 0.5, 0.9, 1.0]))
 def test_sampling_distribution_matches_a_plain_reference(logits, temperature, top_k, top_p):
@@ -321,7 +331,8 @@ def test_sample_is_reproducible_with_a_generator(model, src):
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(temperature=0.7, top_k=4), dict(top_p=0.8), dict(temperature=1.5, top_k=6, top_p=0.9)])
+@pytest.mark.parametrize("kw", [dict(), dict(temperature=0.7, top_k=4), dict(top_p=0.8),
+                                dict(temperature=1.5, top_k=6, top_p=0.9)])
 def test_sampled_frequencies_match_the_filtered_distribution(model, kw):
     """N draws of the first token of one sentence; each token's frequency within 4.5 standard errors
     of its probability (a false alarm has probability below 1e-4 per setting); filtered-out tokens never drawn."""
@@ -360,7 +371,7 @@ def test_dropout_is_off_while_decoding(model, src):
 
 @pytest.mark.parametrize("call, match", [
     (lambda m, s: beam_search(m, s, beam_size=0), "beam_size"),
-    (lambda m, s: beam_search(m, s, beam_size=2.0), "beam_size"),
+    (lambda m, s: beam_search(m, s, beam_size=2.0), "beam_size"),  # type: ignore[arg-type]
     (lambda m, s: beam_search(m, s, beam_size=8), "beam_size"),               # V = 10 less pad, bos, eos
     (lambda m, s: beam_search(m, s, 2, n_best=3), "n_best"),
     (lambda m, s: beam_search(m, s, 2, length_penalty=float("nan")), "length_penalty"),
@@ -380,6 +391,13 @@ def test_dropout_is_off_while_decoding(model, src):
     (lambda m, s: greedy_decode(m, s[:0], 5), "src"),
     (lambda m, s: beam_search(m, s + 100, 2), "src"),
     (lambda m, s: sample(m, s[None], 5), "src"),
+    # True is not a count: every count refuses it (the shared checks)
+    (lambda m, s: greedy_decode(m, s, True), "max_len"),
+    (lambda m, s: beam_search(m, s, beam_size=True), "beam_size"),
+    (lambda m, s: beam_search(m, s, 2, n_best=True), "n_best"),
+    (lambda m, s: beam_search(m, s, 2, n_best=0), "n_best"),
+    (lambda m, s: sample(m, s, 5, top_k=True), "top_k"),
+    (lambda m, s: sampling_distribution(s.float(), top_p=float("nan")), "top_p"),
 ])
 def test_bad_input_raises_value_error_naming_the_argument(model, src, call, match):
     with pytest.raises(ValueError, match=match):
@@ -388,9 +406,17 @@ def test_bad_input_raises_value_error_naming_the_argument(model, src, call, matc
 
 def test_bad_types():
     with pytest.raises(TypeError, match="model"):
-        greedy_decode(torch.nn.Linear(2, 2), torch.ones(1, 2, dtype=torch.long), 3)
+        greedy_decode(torch.nn.Linear(2, 2), torch.ones(1, 2, dtype=torch.long), 3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="lacks encode, decode, new_cache, config.src_vocab_size"):
+        beam_search(object(), torch.ones(1, 2, dtype=torch.long), 2, 3)  # type: ignore[arg-type]
+    no_eos = TableModel()
+    del no_eos.config.eos_id
+    with pytest.raises(TypeError, match=r"model must have .* lacks config\.eos_id$"):
+        sample(no_eos, torch.ones(1, 2, dtype=torch.long), 3)
+    with pytest.raises(TypeError, match="src"):
+        greedy_decode(make_model(), [[3, 4]], 3)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="generator"):
-        sample(make_model(), make_src(0, 1, 3), 3, generator=0)
+        sample(make_model(), make_src(0, 1, 3), 3, generator=0)  # type: ignore[arg-type]
 
 
 def test_max_len_up_to_the_positional_table(model, src):
@@ -410,3 +436,107 @@ def test_runs_under_autocast(dtype):
                     sample(model, x, 8, top_p=0.9, generator=torch.Generator().manual_seed(0))):
             assert out.dtype == torch.long and out[:, 0].eq(BOS).all()
             assert ((out >= 0) & (out < 10)).all() and not (out[:, 1:] == BOS).any()
+
+
+# ---------------------------------------------------------------- models that are not Transformers
+
+class OwnModel(torch.nn.Module):
+    """A model class of the reader's own (not a Transformer subclass): the four members the decoders
+    use, delegated to a Transformer inside."""
+
+    def __init__(self, inner: tl.Transformer):
+        super().__init__()
+        self.inner, self.config = inner, inner.config
+
+    def encode(self, src, src_mask):
+        return self.inner.encode(src, src_mask)
+
+    def decode(self, tgt_in, memory, src_mask=None, cache=None):
+        return self.inner.decode(tgt_in, memory, src_mask, cache)
+
+    def new_cache(self):
+        return self.inner.new_cache()
+
+
+class TableModel:
+    """Not even an nn.Module: the next token's logits are a fixed table's row of the last token plus
+    the mean of the source's rows. eos never wins (its column is -inf), so every decode runs to max_len.
+    Its cache only counts positions."""
+
+    def __init__(self, V: int = 10, seed: int = 0):
+        self.config = SimpleNamespace(src_vocab_size=V, tgt_vocab_size=V, max_len=40, pad_id=PAD,
+                                      bos_id=BOS, eos_id=EOS)
+        self.table = torch.randn(V, V, generator=torch.Generator().manual_seed(seed))
+        self.table[:, EOS] = -math.inf
+
+    def encode(self, src, src_mask):
+        return self.table[src]                                                 # (B, S, V)
+
+    def decode(self, tgt_in, memory, src_mask=None, cache=None):
+        if cache is not None:
+            cache.length += tgt_in.size(1)
+        return self.table[tgt_in] + memory.mean(1, keepdim=True)                # (B, T, V)
+
+    def new_cache(self):
+        return SimpleNamespace(length=0, reorder=lambda index: None)
+
+
+def test_a_model_of_another_class_decodes_like_the_transformer_inside(model, src):
+    own = OwnModel(model).train()                     # train mode: decoding must switch dropout off
+    assert torch.equal(greedy_decode(own, src, 12), greedy_decode(model, src, 12))
+    assert torch.equal(beam_search(own, src, 3, 12), beam_search(model, src, 3, 12))
+    assert torch.equal(sample(own, src, 12, top_p=0.9, generator=torch.Generator().manual_seed(1)),
+                       sample(model, src, 12, top_p=0.9, generator=torch.Generator().manual_seed(1)))
+    assert own.training and model.training            # the mode is restored, inside too
+    model.eval()
+
+
+def test_an_object_that_is_not_a_module_decodes():
+    m, x = TableModel(), make_src(2, 3, 4)
+    out = greedy_decode(m, x, 6)
+    assert torch.equal(out, greedy_decode(m, x, 6, use_cache=False))
+    ys = torch.full((3, 1), BOS)                                               # the plain loop
+    for _ in range(6):
+        logits = m.decode(ys, m.encode(x, None))[:, -1]
+        logits[:, [PAD, BOS]] = -math.inf
+        ys = torch.cat([ys, logits.argmax(-1, keepdim=True)], 1)
+    assert torch.equal(out, ys)
+    assert beam_search(m, x, 1, 6).equal(out) and sample(m, x, 6, top_k=1).equal(out)
+
+
+READ_BACKS = ("__bool__", "item", "tolist", "__int__", "__float__", "__index__")
+
+
+def _read_backs(monkeypatch, fn) -> int:
+    """How many times fn reads a tensor's value into Python (each a host-device sync on a GPU)."""
+    count = 0
+    for name in READ_BACKS:
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _original=original, **kwargs):
+            nonlocal count
+            count += 1
+            return _original(self, *args, **kwargs)
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    try:
+        fn()
+    finally:
+        monkeypatch.undo()
+    return count
+
+
+@pytest.mark.parametrize("decode", [
+    lambda m, x, n: greedy_decode(m, x, n),
+    lambda m, x, n: greedy_decode(m, x, n, use_cache=False),
+    lambda m, x, n: beam_search(m, x, 3, n),
+    lambda m, x, n: beam_search(m, x, 3, n, early_stopping=True, n_best=2)[0][:, 0],
+    lambda m, x, n: sample(m, x, n, temperature=0.8, top_k=5, top_p=0.9,
+                           generator=torch.Generator().manual_seed(0)),
+], ids=["greedy", "greedy-no-cache", "beam", "beam-early", "sample"])
+def test_one_read_back_per_step(monkeypatch, decode):
+    """The loops read one value per step from the device (the stopping check), whatever the steps.
+    The model (a table: it reads nothing back) runs every sentence to max_len."""
+    m, x = TableModel(), make_src(3, 4, 5)
+    assert decode(m, x, 9).shape[-1] == 10                                      # all 9 steps ran
+    assert _read_backs(monkeypatch, lambda: decode(m, x, 9)) \
+        - _read_backs(monkeypatch, lambda: decode(m, x, 5)) == 4
