@@ -18,7 +18,7 @@ D, H, FF = 16, 4, 32
 SETTINGS = settings(max_examples=25, deadline=None)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _decoder(norm_first: bool = False, n_layers: int = 2) -> tl.Decoder:
     """One shared decoder per configuration (building one per hypothesis example is the slow part)."""
     torch.manual_seed(1234)
@@ -42,11 +42,8 @@ def _torch_pair(norm_first: bool, n_layers: int, activation: str = "relu"):
                                       norm=nn.LayerNorm(D) if norm_first else None)
     ours_layer = tl.load_torch_decoder_layer(
         tl.DecoderLayer(D, H, FF, 0.0, norm_first, activation=activation), ref_layer)
-    ours_stack = tl.Decoder(n_layers, D, H, FF, 0.0, norm_first, activation=activation)
-    for mine, theirs in zip(ours_stack.layers, ref_stack.layers):
-        tl.load_torch_decoder_layer(mine, theirs)
-    if norm_first:
-        ours_stack.norm.load_state_dict(ref_stack.norm.state_dict())
+    ours_stack = tl.load_torch_decoder(
+        tl.Decoder(n_layers, D, H, FF, 0.0, norm_first, activation=activation), ref_stack)
     return ref_layer, ref_stack, ours_layer, ours_stack
 
 
@@ -208,10 +205,13 @@ def test_follows_input_dtype_and_autocast():
 
 # ---- bad input ----------------------------------------------------------------------------------------
 
-def test_bad_memory_batch():
-    dec = tl.Decoder(1, D, H, FF)
+@pytest.mark.parametrize("memory", [torch.randn(3, 4, D), torch.randn(2, 4, D + 1), torch.randn(2, 4),
+                                    "not a tensor"])
+def test_bad_memory(memory):
+    """Another batch size, another width, another rank: the stack names the memory, once for all layers."""
+    dec = tl.Decoder(2, D, H, FF)
     with pytest.raises(ValueError, match="memory"):
-        dec(torch.randn(2, 3, D), torch.randn(3, 4, D))
+        dec(torch.randn(2, 3, D), memory)
 
 
 def test_bad_cache_layers():
@@ -226,7 +226,7 @@ def test_bad_mask_shape():
         layer(torch.randn(2, 3, D), torch.randn(2, 4, D), memory_mask=torch.ones(2, 1, 1, 5, dtype=torch.bool))
 
 
-@pytest.mark.parametrize("bad", [0, -1, 2.0])
+@pytest.mark.parametrize("bad", [0, -1, 2.0, True])
 def test_bad_layer_count(bad):
     with pytest.raises(ValueError, match="n_layers"):
         tl.Decoder(bad, D, H, FF)
@@ -253,3 +253,25 @@ def test_load_refuses_mismatched_reference():
         tl.load_torch_decoder_layer(tl.DecoderLayer(D, 2, FF), ref)
     with pytest.raises(ValueError, match="batch_first"):
         tl.load_torch_decoder_layer(tl.DecoderLayer(D, H, FF), nn.TransformerDecoderLayer(D, H, FF))
+
+
+def test_load_decoder_stack_refuses_mismatched_reference():
+    ref = nn.TransformerDecoder(nn.TransformerDecoderLayer(D, H, FF, batch_first=True), 2)
+    with pytest.raises(ValueError, match="layer counts"):
+        tl.load_torch_decoder(tl.Decoder(3, D, H, FF), ref)
+    with pytest.raises(ValueError, match="final norm"):
+        tl.load_torch_decoder(tl.Decoder(2, D, H, FF, final_norm=True), ref)
+    with pytest.raises(TypeError, match="reference"):
+        tl.load_torch_decoder(tl.Decoder(2, D, H, FF), ref.layers[0])
+    with pytest.raises(TypeError, match="cross_attn"):            # an encoder layer lacks cross-attention
+        tl.load_torch_decoder_layer(tl.EncoderLayer(D, H, FF), ref.layers[0])
+
+
+def test_failed_load_copies_nothing():
+    """The checks run before the first copy: a refused reference leaves the layer as it was."""
+    ref = nn.TransformerDecoderLayer(D, H, FF, batch_first=True, layer_norm_eps=1e-6)
+    layer = tl.DecoderLayer(D, H, FF)
+    before = {k: v.clone() for k, v in layer.state_dict().items()}
+    with pytest.raises(ValueError, match="eps"):
+        tl.load_torch_decoder_layer(layer, ref)
+    assert all(torch.equal(v, before[k]) for k, v in layer.state_dict().items())

@@ -197,3 +197,90 @@ def test_autocast_bfloat16(norm_first, norm):
     assert torch.isfinite(out).all()
     real = ids != PAD
     torch.testing.assert_close(out.float()[real], ref[real], atol=5e-2, rtol=5e-2)
+
+
+# ---- the shared loading helpers (transformer_lib.torch_weights) and duck typing ----------------------------
+
+class _OwnLayer(nn.Module):
+    """A reader's own encoder layer: not an EncoderLayer, but built from the same parts."""
+
+    def __init__(self):
+        super().__init__()
+        template = EncoderLayer(D, H, FF, dropout=0.0)
+        self.self_attn, self.feed_forward = template.self_attn, template.feed_forward
+        self.sublayer1, self.sublayer2 = template.sublayer1, template.sublayer2
+        self.norm_first = False
+
+    def forward(self, x, mask=None):
+        x = self.sublayer1(x, lambda y: self.self_attn(y, y, y, mask))
+        return self.sublayer2(x, self.feed_forward)
+
+
+def test_loader_takes_any_layer_with_the_parts():
+    """The loaders check for the parts they read, not for the class: a reader's own layer loads."""
+    torch.manual_seed(0)
+    ref = nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, batch_first=True).eval()
+    own = load_torch_encoder_layer(_OwnLayer(), ref).eval()
+    assert isinstance(own, _OwnLayer) and not isinstance(own, EncoderLayer)
+    ids, x = _batch()
+    with torch.no_grad():
+        torch.backends.mha.set_fastpath_enabled(False)
+        try:
+            expected = ref(x, src_key_padding_mask=(ids == PAD))
+        finally:
+            torch.backends.mha.set_fastpath_enabled(True)
+        torch.testing.assert_close(own(x, padding_mask(ids, PAD)), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_loader_names_the_missing_parts():
+    ref = _reference(1, norm_first=False)
+    with pytest.raises(TypeError, match="layer .*sublayer1, sublayer2"):
+        load_torch_encoder_layer(nn.Module(), ref.layers[0])
+    with pytest.raises(TypeError, match="encoder .*layers"):
+        load_torch_encoder(EncoderLayer(D, H, FF), ref)
+
+
+def test_failed_load_copies_nothing():
+    """Every check runs before the first copy: a refused reference leaves the layer as it was."""
+    ref = _reference(1, norm_first=False).layers[0]
+    for layer in (EncoderLayer(D, H, FF, eps=1e-6), EncoderLayer(D, H, FF, norm="rms")):
+        before = {k: v.clone() for k, v in layer.state_dict().items()}
+        with pytest.raises(ValueError):
+            load_torch_encoder_layer(layer, ref)
+        for k, v in layer.state_dict().items():
+            assert torch.equal(v, before[k]), k
+
+
+def test_loader_refuses_sequence_first_and_biasless_references():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        seq_first = nn.TransformerEncoderLayer(D, H, FF)
+    with pytest.raises(ValueError, match="batch_first"):
+        load_torch_encoder_layer(EncoderLayer(D, H, FF), seq_first)
+    no_bias = nn.TransformerEncoderLayer(D, H, FF, batch_first=True, bias=False)
+    with pytest.raises(ValueError, match="bias"):
+        load_torch_encoder_layer(EncoderLayer(D, H, FF), no_bias)
+
+
+def test_torch_activation_names():
+    import torch.nn.functional as F
+
+    from transformer_lib.torch_weights import torch_activation
+    assert [torch_activation(a) for a in (F.relu, nn.ReLU(), F.gelu, nn.GELU(), F.silu, nn.SiLU())] == \
+        ["relu", "relu", "gelu", "gelu", "silu", "silu"]
+    tanh_gelu = nn.GELU(approximate="tanh")                         # not our "gelu": refused, not renamed
+    assert torch_activation(tanh_gelu) is tanh_gelu and torch_activation(torch.tanh) is torch.tanh
+
+
+def test_check_same_names_the_setting():
+    from transformer_lib.torch_weights import check_same
+    check_same("d_ff", 32, 32)
+    with pytest.raises(ValueError, match=r"d_ff differs: reference 32, ours 64"):
+        check_same("d_ff", 32, 64)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.0, True, "2"])
+def test_layer_count_is_a_whole_number(bad):
+    """One check for both stacks (chapter 1's check_int): True and 2.0 are not layer counts."""
+    with pytest.raises(ValueError, match="n_layers"):
+        Encoder(bad, D, H, FF)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import types
 
 import pytest
 import torch
@@ -22,7 +23,7 @@ SMALL = dict(src_vocab_size=50, tgt_vocab_size=60, d_model=16, n_heads=4, n_enco
 pytestmark = pytest.mark.filterwarnings("ignore:.*nested.tensor")   # nn.Transformer's fast-path notices
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _model(norm_first: bool = False) -> tl.Transformer:
     torch.manual_seed(99)
     return tl.Transformer(tl.TransformerConfig(**SMALL, norm_first=norm_first)).eval()
@@ -102,9 +103,12 @@ def test_load_refuses_mismatches():
         tl.load_torch_transformer(tl.Transformer(tl.TransformerConfig(**SMALL, norm_first=True)), ref)
     with pytest.raises(ValueError, match="LayerNorm"):
         tl.load_torch_transformer(tl.Transformer(tl.TransformerConfig(**SMALL, norm="rms", final_norm=True)), ref)
+    three = tl.Transformer(tl.TransformerConfig(**{**SMALL, "n_decoder_layers": 3}, final_norm=True))
+    before = {k: v.clone() for k, v in three.state_dict().items()}
     with pytest.raises(ValueError, match="layer counts"):
-        tl.load_torch_transformer(tl.Transformer(tl.TransformerConfig(**{**SMALL, "n_decoder_layers": 3},
-                                                                      final_norm=True)), ref)
+        tl.load_torch_transformer(three, ref)
+    # both stacks are checked before either is copied: the encoder, which would fit, is untouched
+    assert all(torch.equal(v, before[k]) for k, v in three.state_dict().items())
     with pytest.raises(ValueError, match="d_ff"):
         tl.load_torch_transformer(tl.Transformer(tl.TransformerConfig(**{**SMALL, "d_ff": 64}, final_norm=True)), ref)
     with pytest.raises(ValueError, match="batch_first"):
@@ -133,6 +137,7 @@ def test_config_defaults_are_the_base_model():
     ("d_model", 30), ("n_heads", 0), ("src_vocab_size", 0), ("tgt_vocab_size", -1), ("n_encoder_layers", 0),
     ("d_ff", 1.5), ("max_len", 0), ("dropout", 1.0), ("dropout", -0.1), ("activation", "tanh"), ("norm", "batch"),
     ("eps", 0.0), ("pad_id", 50), ("bos_id", -1), ("eos_id", 0), ("norm_first", "yes"), ("final_norm", 1.0),
+    ("n_decoder_layers", True), ("n_heads", 2.0), ("pad_id", True), ("dropout", True), ("eps", float("nan")),
 ])
 def test_config_rejects(field, value):
     name = "n_heads" if field == "d_model" else field
@@ -335,5 +340,48 @@ def test_bad_memory_and_cache_overflow():
 
 
 def test_bad_config_type():
-    with pytest.raises(TypeError, match="config"):
+    with pytest.raises(TypeError, match="config.*src_vocab_size"):
         tl.Transformer({"src_vocab_size": 10})
+
+
+def test_any_config_with_the_fields_builds_the_model():
+    """Duck typing: the model reads the fields, so a chapter's own config class (or any object with the
+    fields) builds the same model as a TransformerConfig."""
+    cfg = tl.TransformerConfig(**SMALL)
+    own = types.SimpleNamespace(**cfg.to_dict())
+    torch.manual_seed(5)
+    a = tl.Transformer(cfg).eval()
+    torch.manual_seed(5)
+    b = tl.Transformer(own).eval()
+    src, tgt = _ids([4, 2], 4, 50), _ids([3, 3], 3, 60, bos=True)
+    with torch.no_grad():
+        assert torch.equal(a(src, tgt), b(src, tgt))
+    del own.max_len
+    with pytest.raises(TypeError, match="max_len"):
+        tl.Transformer(own)
+
+
+def test_forward_checks_the_ids_once(monkeypatch):
+    """forward checks src and tgt_in once each, decode its tgt_in once (no repeated, syncing checks)."""
+    import transformer_lib.model as model_module
+    calls = []
+
+    def counting(ids, vocab_size, name="ids", dims=None):
+        calls.append(name)
+        return tl.check_token_ids(ids, vocab_size, name, dims)
+
+    monkeypatch.setattr(model_module, "check_token_ids", counting)
+    model = _model()
+    src, tgt = _ids([4, 2], 4, 50), _ids([3, 3], 3, 60, bos=True)
+    with torch.no_grad():
+        model(src, tgt)
+        assert sorted(calls) == ["src", "tgt_in"]
+        calls.clear()
+        memory = model.encode(src)
+        model.decode(tgt, memory, tl.padding_mask(src, 0))
+        assert calls == ["src", "tgt_in"]
+
+
+def test_forward_refuses_batches_of_two_sizes():
+    with pytest.raises(ValueError, match="batch size"):
+        _model()(_ids([4, 2], 4, 50), _ids([3], 3, 60, bos=True))

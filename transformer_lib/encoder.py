@@ -1,107 +1,112 @@
 """Generated from book/07_encoder.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 7c036dd17ca42dc0
+# digest: cce88f8827b27666
 # fmt: off
 
 # [book/07_encoder.ipynb, cell 5]
 from __future__ import annotations
 
+from typing import TypeVar
+
 import torch
 from torch import nn
 
 from transformer_lib.attention import MultiHeadAttention
+from transformer_lib.checks import check_int
 from transformer_lib.feed_forward import PositionwiseFeedForward
-from transformer_lib.norm import LayerNorm, SublayerConnection, make_norm
+from transformer_lib.norm import SublayerConnection, make_norm
+from transformer_lib.torch_weights import EncoderLayerParts, LayerStack
+from transformer_lib.torch_weights import check_torch_layer, check_torch_stack
+from transformer_lib.torch_weights import copy_attention, copy_feed_forward
+from transformer_lib.torch_weights import copy_norms, expect_parts, expect_torch
+
+_M = TypeVar("_M", bound=nn.Module)
 
 
 class EncoderLayer(nn.Module):
-    """Self-attention and feed-forward, each inside a residual + norm sublayer: (B, L, d) -> (B, L, d).
+    """Self-attention and feed-forward, each inside a residual + norm sublayer:
+    (B, L, d) -> (B, L, d).
 
-    ``mask`` is boolean, True = may attend, and broadcasts to (B, n_heads, L, L): usually the padding
-    mask ``padding_mask(src, pad_id)`` of shape (B, 1, 1, L). ``norm_first=False`` is the paper's
-    Post-Norm; ``norm_first=True`` is Pre-Norm.
+    ``mask`` is boolean, True = may attend, and broadcasts to (B, n_heads, L, L):
+    usually the padding mask ``padding_mask(src, pad_id)`` of shape (B, 1, 1, L).
+    ``norm_first=False`` is the paper's Post-Norm; ``norm_first=True`` is Pre-Norm.
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, norm_first: bool = False,
-                 activation: str = "relu", norm: str = "layer", eps: float = 1e-5):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
+                 norm_first: bool = False, activation: str = "relu",
+                 norm: str = "layer", eps: float = 1e-5):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout=dropout, activation=activation)
-        self.sublayer1 = SublayerConnection(d_model, dropout, norm_first, norm, eps)   # around self-attention
-        self.sublayer2 = SublayerConnection(d_model, dropout, norm_first, norm, eps)   # around the FFN
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout=dropout,
+                                                    activation=activation)
+        # around self-attention, and around the FFN
+        self.sublayer1 = SublayerConnection(d_model, dropout, norm_first, norm, eps)
+        self.sublayer2 = SublayerConnection(d_model, dropout, norm_first, norm, eps)
         self.d_model, self.norm_first = d_model, norm_first
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        x = self.sublayer1(x, lambda y: self.self_attn(y, y, y, mask))   # (B, L, d_model): the meeting
-        return self.sublayer2(x, self.feed_forward)                      # (B, L, d_model): the desk work
+    def forward(self, x: torch.Tensor,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        # the meeting, then the desk work                        (B, L, d_model) each
+        x = self.sublayer1(x, lambda y: self.self_attn(y, y, y, mask))
+        return self.sublayer2(x, self.feed_forward)
 
 
 class Encoder(nn.Module):
     """A stack of ``n_layers`` encoder layers, then a final norm when ``final_norm``.
 
-    ``final_norm=None`` (default) adds the final norm for Pre-Norm only, where the residual stream is
-    otherwise never normalised. forward(x (B, L, d_model), mask=None) -> (B, L, d_model).
+    ``final_norm=None`` (default) adds the final norm for Pre-Norm only, where the
+    residual stream is otherwise never normalised.
+    forward(x (B, L, d_model), mask=None) -> (B, L, d_model).
     """
 
-    def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
-                 norm_first: bool = False, activation: str = "relu", norm: str = "layer", eps: float = 1e-5,
+    def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int,
+                 dropout: float = 0.1, norm_first: bool = False,
+                 activation: str = "relu", norm: str = "layer", eps: float = 1e-5,
                  final_norm: bool | None = None):
         super().__init__()
-        if not isinstance(n_layers, int) or isinstance(n_layers, bool) or n_layers < 1:
-            raise ValueError(f"n_layers must be a positive int, got {n_layers!r}")
+        n_layers = check_int(n_layers, "n_layers")
         self.layers = nn.ModuleList(
-            EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first, activation, norm, eps) for _ in range(n_layers)
-        )
+            EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first, activation, norm,
+                         eps)
+            for _ in range(n_layers))
         use_final = norm_first if final_norm is None else final_norm
         self.norm = make_norm(norm, d_model, eps) if use_final else nn.Identity()
+        self.d_model = d_model
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
         for layer in self.layers:
-            x = layer(x, mask)                                           # (B, L, d_model)
+            x = layer(x, mask)                                   # (B, L, d_model)
         return self.norm(x)
 
 
+# [book/07_encoder.ipynb, cell 13]
 @torch.no_grad()
-def load_torch_encoder_layer(layer: EncoderLayer, reference: nn.TransformerEncoderLayer) -> EncoderLayer:
-    """Copy the weights of a ``nn.TransformerEncoderLayer`` into ``layer`` (same sizes) and return it."""
-    if not isinstance(reference, nn.TransformerEncoderLayer):
-        raise TypeError(f"reference must be an nn.TransformerEncoderLayer, got {type(reference).__name__}")
-    if reference.norm_first != layer.norm_first:
-        raise ValueError(f"norm_first differs: reference {reference.norm_first}, layer {layer.norm_first}")
-    if not isinstance(layer.sublayer1.norm, LayerNorm):
-        raise ValueError("nn.TransformerEncoderLayer uses LayerNorm: build the layer with norm='layer'")
-    # settings that the weights' shapes do not reveal, and that would otherwise give silently wrong results
-    if reference.self_attn.num_heads != layer.self_attn.n_heads:
-        raise ValueError(f"n_heads differs: reference {reference.self_attn.num_heads}, layer {layer.self_attn.n_heads}")
-    if reference.activation is not layer.feed_forward.activation:
-        raise ValueError(f"activation differs: reference {reference.activation}, layer {layer.feed_forward.activation_name!r}")
-    if reference.norm1.eps != layer.sublayer1.norm.eps:
-        raise ValueError(f"eps differs: reference {reference.norm1.eps}, layer {layer.sublayer1.norm.eps}")
-    attn, ref_attn = layer.self_attn, reference.self_attn
-    attn.in_proj.weight.copy_(ref_attn.in_proj_weight)
-    attn.in_proj.bias.copy_(ref_attn.in_proj_bias)
-    attn.out_proj.load_state_dict(ref_attn.out_proj.state_dict())
-    layer.feed_forward.linear1.load_state_dict(reference.linear1.state_dict())
-    layer.feed_forward.linear2.load_state_dict(reference.linear2.state_dict())
-    layer.sublayer1.norm.load_state_dict(reference.norm1.state_dict())
-    layer.sublayer2.norm.load_state_dict(reference.norm2.state_dict())
+def load_torch_encoder_layer(layer: _M, reference: nn.Module) -> _M:
+    """Copy the weights of a ``nn.TransformerEncoderLayer`` into ``layer`` (an
+    :class:`EncoderLayer` of the same sizes, or any module with its parts)."""
+    ours: EncoderLayerParts = expect_parts(layer, EncoderLayerParts)
+    ref = expect_torch(reference, nn.TransformerEncoderLayer)
+    norms = [(ours.sublayer1.norm, ref.norm1), (ours.sublayer2.norm, ref.norm2)]
+    check_torch_layer(ours, ref, norms)
+    copy_attention(ours.self_attn, ref.self_attn)
+    copy_feed_forward(ours.feed_forward, ref)
+    copy_norms(norms)
     return layer
 
 
 @torch.no_grad()
-def load_torch_encoder(encoder: Encoder, reference: nn.TransformerEncoder) -> Encoder:
-    """Copy the weights of a ``nn.TransformerEncoder`` (its layers and its optional final norm) into ``encoder``."""
-    if not isinstance(reference, nn.TransformerEncoder):
-        raise TypeError(f"reference must be an nn.TransformerEncoder, got {type(reference).__name__}")
-    if len(reference.layers) != len(encoder.layers):
-        raise ValueError(f"layer counts differ: reference {len(reference.layers)}, encoder {len(encoder.layers)}")
-    if (reference.norm is None) != isinstance(encoder.norm, nn.Identity):
-        raise ValueError("final norms differ: build the encoder with final_norm=(reference.norm is not None)")
-    for layer, ref_layer in zip(encoder.layers, reference.layers):
+def load_torch_encoder(encoder: _M, reference: nn.Module) -> _M:
+    """Copy the weights of a ``nn.TransformerEncoder`` (its layers and its optional
+    final norm) into ``encoder``."""
+    ours: LayerStack = expect_parts(encoder, LayerStack, "encoder")
+    ref = expect_torch(reference, nn.TransformerEncoder)
+    check_torch_stack(ours, ref)
+    for layer, ref_layer in zip(ours.layers, ref.layers):
         load_torch_encoder_layer(layer, ref_layer)
-    if reference.norm is not None:
-        encoder.norm.load_state_dict(reference.norm.state_dict())
+    if ref.norm is not None:
+        copy_norms([(ours.norm, ref.norm)])
     return encoder
 
 
