@@ -6,6 +6,11 @@ encoding and (tied) output layer as ours, and starts from the same weights (``lo
 our model is built with ``final_norm=True`` so that both do the same work). Both run in training mode with
 dropout (0.1 by default) on the same padded batches, in the same run, interleaved. The script prints each one's tokens
 per second and the ratio ours / PyTorch's (>= 1.0: the library is at least as fast).
+
+Then the cost of the loop around the step: ``transformer_lib.train`` running ``--loop-steps`` updates of our
+model (gradient clipping, the scheduler-free default, one read-back of the loss per logging interval) against
+the same updates written as a bare Python loop with the same clipping and one read-back at the end. A ratio
+near 1.0 means the loop adds nothing measurable: no host-device synchronisation inside a step.
 Run: ``python benchmarks/train_step.py`` (``--help`` for the sizes).
 """
 from __future__ import annotations
@@ -21,9 +26,9 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import add_timing_args, apply_threads, header, time_pair  # noqa: E402
+from common import add_timing_args, apply_threads, header, time_pair
 
-import transformer_lib as tl  # noqa: E402
+import transformer_lib as tl
 
 
 class TorchWrapped(nn.Module):
@@ -72,6 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--vocab", type=int, default=1000)
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--norm-first", action="store_true", help="Pre-Norm (default: Post-Norm, the paper)")
+    p.add_argument("--loop-steps", type=int, default=20, help="updates per timed call of the loop comparison")
     add_timing_args(p, repeat=5, rounds=3)
     args = p.parse_args(argv)
     apply_threads(args)
@@ -83,8 +89,8 @@ def main(argv: list[str] | None = None) -> None:
     cfg = tl.TransformerConfig(args.vocab, args.vocab, d_model=d, n_heads=args.heads, n_encoder_layers=args.layers,
                                n_decoder_layers=args.layers, d_ff=args.d_ff, dropout=args.dropout,
                                norm_first=args.norm_first, final_norm=True, max_len=max(512, L))
-    reference = nn.Transformer(d, args.heads, args.layers, args.layers, args.d_ff, dropout=args.dropout, batch_first=True,
-                               norm_first=args.norm_first)
+    reference = nn.Transformer(d, args.heads, args.layers, args.layers, args.d_ff, dropout=args.dropout,
+                               batch_first=True, norm_first=args.norm_first)
     ours = tl.load_torch_transformer(tl.Transformer(cfg), reference)
     theirs = TorchWrapped(ours, reference)
     ours, theirs = ours.to(device).train(), theirs.to(device).train()
@@ -110,12 +116,50 @@ def main(argv: list[str] | None = None) -> None:
 
     header(f"training step (forward, loss, backward, Adam): transformer_lib.Transformer vs nn.Transformer, "
            f"{'Pre' if args.norm_first else 'Post'}-Norm, d_model={d} h={args.heads} layers={args.layers}+"
-           f"{args.layers} d_ff={args.d_ff} dropout={args.dropout} vocab={args.vocab}, batch {B} x {L} tokens, {n_ours:,} parameters each")
+           f"{args.layers} d_ff={args.d_ff} dropout={args.dropout} vocab={args.vocab}, batch {B} x {L} tokens, "
+           f"{n_ours:,} parameters each")
     t_ours, t_theirs = time_pair(train_step(ours), train_step(theirs), repeat=args.repeat, rounds=args.rounds)
     print(f"{'model':<28} {'ms/step':>9} {'target tokens/s':>16}")
     print(f"{'transformer_lib.Transformer':<28} {t_ours * 1e3:9.1f} {tokens / t_ours:16,.0f}")
     print(f"{'nn.Transformer (wrapped)':<28} {t_theirs * 1e3:9.1f} {tokens / t_theirs:16,.0f}")
     print(f"ratio tokens/s ours / PyTorch's: {t_theirs / t_ours:.2f}   (>= 1.0: the library is at least as fast)")
+
+    n = args.loop_steps
+    batches = [(src, tgt_in, tgt_out)] * n
+
+    def loss_fn(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=0)
+
+    def bare_loop():
+        opt = torch.optim.Adam(ours.parameters(), lr=1e-4)
+
+        def run():
+            total = torch.zeros((), device=device)
+            for _ in range(n):
+                opt.zero_grad(set_to_none=True)
+                loss = loss_fn(ours(src, tgt_in).float(), tgt_out)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(ours.parameters(), 1.0)
+                opt.step()
+                total += loss.detach()
+            return float(total)                                    # one read-back
+        return run
+
+    def library_loop():
+        opt = torch.optim.Adam(ours.parameters(), lr=1e-4)
+
+        def run():
+            return tl.train(ours, batches, opt, None, loss_fn, steps=n, log_every=n, progress=False)
+        return run
+
+    print()
+    header(f"the loop: transformer_lib.train vs a bare loop of the same {n} updates (clipping, Adam)")
+    t_lib, t_bare = time_pair(library_loop(), bare_loop(), repeat=max(1, args.repeat // 2), warmup=1,
+                              rounds=args.rounds)
+    print(f"{'loop':<28} {'ms/step':>9}")
+    print(f"{'transformer_lib.train':<28} {t_lib / n * 1e3:9.1f}")
+    print(f"{'bare Python loop':<28} {t_bare / n * 1e3:9.1f}")
+    print(f"ratio time bare / train: {t_bare / t_lib:.2f}   (about 1.0: the loop adds nothing measurable)")
 
 
 if __name__ == "__main__":

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import torch
 
+from transformer_lib.batching import PadCollate, PairDataset, TokenBucketSampler, copy_task
+from transformer_lib.evaluation import evaluate
+from transformer_lib.loss import LabelSmoothingLoss
 from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.training import (LabelSmoothingLoss, PadCollate, PairDataset, TokenBucketSampler,
-                                      cleanup_distributed, copy_task, evaluate, noam_lambda,
-                                      setup_distributed, train)
+from transformer_lib.training import cleanup_distributed, noam_lambda, setup_distributed, train
 
 
 def main(out_dir: str) -> None:
