@@ -57,6 +57,11 @@ def test_glued_fixed_code_and_maths_are_not_flagged(text):
     assert figures(text) == []
 
 
+def test_prose_after_an_environment_inside_display_maths_is_read():
+    text = "$$\n\\begin{aligned}\nE &= 0.5\n\\end{aligned}\n$$\n\nIt took 12 s."
+    assert figures(text) == ["12 s"]
+
+
 def test_prose_inside_an_admonition_is_read():
     assert figures("```{note}\nThe cache is 3.7x faster.\n```") == ["3.7x"]
 

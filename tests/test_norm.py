@@ -72,12 +72,57 @@ def test_from_scratch_low_precision(dtype):
 
 @settings(max_examples=25, deadline=None)
 @given(B=st.integers(1, 4), L=st.integers(1, 6), seed=st.integers(0, 2**16),
+       scale=st.floats(1e-3, 1e3), shift=st.floats(-50.0, 50.0),
+       eps=st.sampled_from([1e-5, 1e-3, 0.1]))
+def test_layer_norm_of_scaled_and_shifted_rows_equals_layer_norm_with_eps_over_scale_squared(
+        B, L, seed, scale, shift, eps):
+    """LayerNorm is invariant to scaling and shifting each position only up to eps: the mean removes
+    the shift, the variance grows by scale², and eps does not, so LN_eps(scale·x + shift) is exactly
+    LN_{eps/scale²}(x). In float64, so that the identity is tested and not float32 rounding."""
+    torch.manual_seed(seed)
+    x = torch.randn(B, L, 16, dtype=torch.float64)
+    ln = LayerNorm(16, eps=eps).double()
+    _random_affine(ln, seed)
+    ln_scaled_eps = LayerNorm(16, eps=eps / scale ** 2).double()
+    ln_scaled_eps.load_state_dict(ln.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(ln(x * scale + shift), ln_scaled_eps(x), atol=1e-9, rtol=1e-9)
+
+
+@settings(max_examples=25, deadline=None)
+@given(B=st.integers(1, 4), L=st.integers(1, 6), seed=st.integers(0, 2**16),
        scale=st.floats(0.1, 100.0), shift=st.floats(-50.0, 50.0))
-def test_layer_norm_invariant_to_scale_and_shift_of_each_position(B, L, seed, scale, shift):
+def test_layer_norm_without_eps_is_invariant_to_scale_and_shift_of_each_position(B, L, seed, scale,
+                                                                                    shift):
+    """With eps = 0 the invariance is exact, up to float32 rounding: rounding scale·x + shift and its
+    mean costs a few float32 epsilons of |shift| + scale·max|x| per entry, which the normalisation
+    divides by scale·σ (σ: the row's standard deviation); the same error in σ scales the output y, hence
+    the factor 1 + |y|. Bound: 8 such units (a 20,000-case sweep over the drawn ranges reached 1.8)."""
     torch.manual_seed(seed)
     x = torch.randn(B, L, 16)
-    ln = LayerNorm(16)
-    torch.testing.assert_close(ln(x * scale + shift), ln(x), atol=1e-3, rtol=1e-3)
+    ln = LayerNorm(16, eps=0.0)
+    with torch.no_grad():
+        y = ln(x)
+        error = (ln(x * scale + shift) - y).abs()
+    sigma = x.std(-1, unbiased=False, keepdim=True)
+    unit = torch.finfo(torch.float32).eps * (abs(shift) / scale + x.abs().amax(-1, keepdim=True)) / sigma
+    bound = 8 * unit * (1 + y.abs())
+    assert (error <= bound).all(), (error / bound).max()
+
+
+def test_eps_breaks_scale_invariance_of_a_row_with_small_variance():
+    """Why the property above needs eps = 0: with PyTorch's eps = 1e-5, a row of variance 1 scaled by
+    0.1 (variance 0.01) is divided by sqrt(0.01 + eps) instead of 0.1, a visible change."""
+    torch.manual_seed(0)
+    x = torch.randn(1, 16)
+    x = (x - x.mean()) / x.std(unbiased=False)               # variance exactly 1
+    ln = LayerNorm(16)                                       # eps = 1e-5
+    with torch.no_grad():
+        change = (ln(0.1 * x) - ln(x)).abs().max().item()
+    # LN(0.1·x) = x / sqrt(1 + 1e-3), LN(x) = x / sqrt(1 + 1e-5): apart by about 5e-4 · |x|
+    expected = (x.abs().max() * ((1 + 1e-5) ** -0.5 - (1 + 1e-3) ** -0.5)).item()
+    assert change > 1e-4
+    assert abs(change - expected) < 1e-6, (change, expected)
 
 
 @settings(max_examples=25, deadline=None)

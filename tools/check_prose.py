@@ -83,7 +83,7 @@ def prose_lines(text: str) -> list[tuple[int, str]]:
     out: list[tuple[int, str]] = []
     text = HTML_COMMENT.sub(lambda m: "\n" * m.group(0).count("\n"), text)
     fences: list[tuple[str, bool]] = []   # open fences: (marker, is prose)
-    in_math = False
+    in_math: str | None = None            # what opened the maths block: "$$" or "env" (\begin{...})
     for number, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
         m = FENCE.match(line)
@@ -100,14 +100,14 @@ def prose_lines(text: str) -> list[tuple[int, str]]:
         if any(not prose for _, prose in fences):
             continue
         if in_math:
-            if stripped.endswith("$$") or stripped.startswith(r"\end{"):
-                in_math = False
+            if (in_math == "$$" and stripped.endswith("$$")) or (in_math == "env" and stripped.startswith(r"\end{")):
+                in_math = None
             continue
         if stripped.startswith("$$"):
-            in_math = not (len(stripped) > 2 and stripped.endswith("$$"))
+            in_math = None if len(stripped) > 2 and stripped.endswith("$$") else "$$"
             continue
         if stripped.startswith(r"\begin{"):
-            in_math = True
+            in_math = "env"
             continue
         if DIRECTIVE_OPTION.match(line):
             continue
