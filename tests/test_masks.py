@@ -170,3 +170,18 @@ def test_pad_queries_are_finite_and_get_no_gradient_from_a_pad_ignoring_loss():
     logits = y @ table.T
     torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids.flatten(), ignore_index=PAD).backward()
     assert x.grad[ids == PAD].abs().max() == 0 and x.grad[ids != PAD].abs().max() > 0
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_masks_of_the_wrong_type_or_shape_are_refused_by_attention(need_weights):
+    """The cases chapter 4 used to demonstrate: a 0/1 float mask (which the SDPA kernel would add to the
+    scores, a silent bug) and masks built for another length or another batch."""
+    ids = torch.tensor([[5, 7, 0], [4, 0, 0], [3, 8, 6]])
+    mha = MultiHeadAttention(D_MODEL, N_HEADS)
+    x = torch.randn(3, 3, D_MODEL)
+    with pytest.raises(ValueError, match="boolean"):
+        mha(x, x, x, padding_mask(ids, PAD).float(), need_weights=need_weights)
+    with pytest.raises(ValueError, match="does not broadcast"):
+        mha(x, x, x, padding_mask(ids[:, :2], PAD), need_weights=need_weights)
+    with pytest.raises(ValueError, match="does not broadcast"):
+        mha(x, x, x, target_mask(ids[:2], PAD), need_weights=need_weights)

@@ -1,7 +1,7 @@
 """Generated from book/03_attention.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 85a65163f2e56d6d
+# digest: 364883c5b9d0e80d
 # fmt: off
 
 # [book/03_attention.ipynb, cell 8]
@@ -98,7 +98,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return _attention(q, k, v, mask, dropout_p)
 
 
-# [book/03_attention.ipynb, cell 24]
+# [book/03_attention.ipynb, cell 35]
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with the weight layout of ``torch.nn.MultiheadAttention``.
 
@@ -147,7 +147,7 @@ class MultiHeadAttention(nn.Module):
             nn.init.zeros_(self.in_proj.bias)
             nn.init.zeros_(self.out_proj.bias)
 
-    # [book/03_attention.ipynb, cell 26]
+    # [book/03_attention.ipynb, cell 37]
     def _split(self, x: torch.Tensor) -> torch.Tensor:
         B, L, _ = x.shape                                              # (B, L, d_model)
         return x.view(B, L, self.n_heads, self.d_k).transpose(1, 2)   # (B, h, L, d_k)
@@ -160,7 +160,7 @@ class MultiHeadAttention(nn.Module):
         b = None if self.in_proj.bias is None else self.in_proj.bias[part]
         return F.linear(x, self.in_proj.weight[part], b)              # rows `part`
 
-    # [book/03_attention.ipynb, cell 28]
+    # [book/03_attention.ipynb, cell 41]
     def _qkv(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
              cache: dict | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q (B, h, Lq, d_k), k and v (B, h, Lk, d_k); read from or added to
@@ -191,7 +191,7 @@ class MultiHeadAttention(nn.Module):
                     cache["k"], cache["v"] = k, v
         return self._split(q), k, v                            # q: (B, h, Lq, d_k)
 
-    # [book/03_attention.ipynb, cell 30]
+    # [book/03_attention.ipynb, cell 43]
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 mask: torch.Tensor | None,
                 need_weights: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
