@@ -173,3 +173,20 @@ def test_bucket_sampler_rejects_bad_input(kwargs, match):
 def test_padding_fraction_counts_pad_positions():
     batch = Batch(torch.tensor([[3, 4], [5, 0]]), torch.tensor([[1, 3, 4]]), torch.tensor([[3, 4, 0]]))
     assert padding_fraction([batch]) == pytest.approx(2 / 7)
+
+
+# ---------------------------------------------------------------- inputs that were accepted and wrong (issue 14)
+
+@pytest.mark.parametrize("pair, where", [(([3.7, 4.2], [5, 6]), r"examples\[0\]\[0\]"),
+                                         (([3, 4], torch.tensor([5.9, 6.0])), r"examples\[0\]\[1\]"),
+                                         ((torch.tensor([True, False]), [5]), r"examples\[0\]\[0\]")])
+def test_collate_refuses_non_integer_ids_instead_of_truncating_them(pair, where):
+    with pytest.raises(ValueError, match=where + ".*integer token ids"):
+        PadCollate()([pair])
+    assert PadCollate()([(torch.tensor([3, 4]), torch.tensor([5], dtype=torch.int32))]).src.dtype == torch.long
+
+
+@pytest.mark.parametrize("kwargs", [{"bos_id": 2, "eos_id": 2}, {"pad_id": 2}, {"pad_id": 1}])
+def test_collate_refuses_special_ids_that_coincide(kwargs):
+    with pytest.raises(ValueError, match="pad_id, bos_id and eos_id must differ"):
+        PadCollate(**kwargs)

@@ -186,7 +186,8 @@ def test_noam_with_lambda_lr_gives_the_paper_rate_to_each_update():
 
 @pytest.mark.parametrize("args, match", [((0, 10), "d_model"), ((64, 0), "warmup_steps"), ((64, 10.5), "warmup"),
                                          ((True, 10), "d_model"), ((64, 10, 0.0), "factor"),
-                                         ((64, 10, float("inf")), "factor")])
+                                         ((64, 10, float("inf")), "factor"), ((64, 10, float("nan")), "factor"),
+                                         ((64, 10, -float("inf")), "factor"), ((64, 10, -1.0), "factor")])
 def test_noam_rejects_bad_input(args, match):
     with pytest.raises(ValueError, match=match):
         noam_lambda(*args)

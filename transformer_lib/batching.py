@@ -1,7 +1,7 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 4608345b835916e6
+# digest: e9f51690d3716329
 # fmt: off
 
 # [book/10_training.ipynb, cell 7]
@@ -93,24 +93,29 @@ class PadCollate:
     """``collate_fn`` for a DataLoader over :class:`PairDataset`: pads a list of (src,
     tgt) pairs into a :class:`Batch`. ``tgt_out`` is tgt + [eos], ``tgt_in`` is
     ``shift_right(tgt_out, bos_id)``; the source is left as given (add ``src_eos=True``
-    to end every source with eos). Pads with ``pad_id``."""
+    to end every source with eos). Pads with ``pad_id``; the three ids must differ.
+    Token ids must be integers: floats are refused, not truncated."""
 
     def __init__(self, pad_id: int = 0, bos_id: int = 1, eos_id: int = 2,
                  src_eos: bool = False):
         self.pad_id = check_int(pad_id, "pad_id", minimum=0)
         self.bos_id = check_int(bos_id, "bos_id", minimum=0)
         self.eos_id = check_int(eos_id, "eos_id", minimum=0)
+        if len({self.pad_id, self.bos_id, self.eos_id}) < 3:
+            raise ValueError(f"pad_id, bos_id and eos_id must differ, got pad_id="
+                             f"{pad_id}, bos_id={bos_id}, eos_id={eos_id}")
         self.src_eos = bool(src_eos)
 
     def __call__(self, examples: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> Batch:
         if len(examples) == 0:
             raise ValueError("examples must hold at least one (src, tgt) pair")
         pad = torch.nn.utils.rnn.pad_sequence
-        srcs = [torch.as_tensor(s).long() for s, _ in examples]
+        srcs = [_as_ids(s, f"examples[{i}][0]") for i, (s, _) in enumerate(examples)]
         if self.src_eos:
             srcs = [torch.cat([s, s.new_tensor([self.eos_id])]) for s in srcs]
         eos = torch.tensor([self.eos_id])
-        outs = [torch.cat([torch.as_tensor(t).long(), eos]) for _, t in examples]
+        outs = [torch.cat([_as_ids(t, f"examples[{i}][1]"), eos])
+                for i, (_, t) in enumerate(examples)]
         src = pad(srcs, batch_first=True, padding_value=self.pad_id)          # (B, S)
         tgt_out = pad(outs, batch_first=True, padding_value=self.pad_id)      # (B, T)
         tgt_in = shift_right(tgt_out, self.bos_id)                            # (B, T)

@@ -1,14 +1,16 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 8738396e2c688e65
+# digest: afd8df98a73a1a3b
 # fmt: off
 
 # [book/10_training.ipynb, cell 10]
 from __future__ import annotations
 
 import os
+import pickle
 import random
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +59,60 @@ def restore_rng_state(state: dict[str, Any]) -> None:
 
 
 # [book/10_training.ipynb, cell 56]
+class CheckpointError(ValueError):
+    """A file that is not a usable checkpoint: empty, truncated, not written by
+    :func:`save_checkpoint`, refused by the safe loader, or for another model. The
+    message names the file and what is wrong."""
+
+
+class NonFiniteError(FloatingPointError, ValueError):
+    """Non-finite values (NaN or inf) where a run needs finite ones: in the weights or
+    optimizer state about to be saved, or in the training loss."""
+
+
+def _non_finite(state: Any, prefix: str) -> list[str]:
+    """The names of the floating-point tensors in ``state`` (nested dicts, lists)
+    holding NaN or inf; one read-back per device."""
+    found: list[tuple[str, torch.Tensor]] = []
+    stack: list[tuple[str, Any]] = [(prefix, state)]
+    while stack:
+        name, value = stack.pop()
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            found.append((name, torch.isfinite(value).all()))
+        elif isinstance(value, dict):
+            stack += [(f"{name}.{k}", v) for k, v in value.items()]
+        elif isinstance(value, (list, tuple)):
+            stack += [(f"{name}[{i}]", v) for i, v in enumerate(value)]
+    bad: list[str] = []
+    for device in {flag.device for _, flag in found}:
+        names = [name for name, flag in found if flag.device == device]
+        flags = torch.stack([flag for _, flag in found if flag.device == device])
+        bad += [n for n, ok in zip(names, flags.tolist()) if not ok]
+    return sorted(bad)
+
+
+def _remove_stale_temporaries(path: str) -> None:
+    """Delete the temporary files ``<path>.tmp<pid>`` that a killed write left
+    behind (those of a process that is still running are left alone)."""
+    folder, name = os.path.split(os.path.abspath(path))
+    for entry in os.listdir(folder):
+        match = re.fullmatch(re.escape(name) + r"\.tmp(\d+)", entry)
+        if match is None or os.name != "posix":
+            continue
+        try:
+            os.kill(int(match.group(1)), 0)      # signal 0: is that process alive?
+            continue
+        except ProcessLookupError:
+            pass
+        except (PermissionError, OverflowError):
+            continue
+        try:
+            os.remove(os.path.join(folder, entry))
+        except OSError:
+            pass
+
+
+# [book/10_training.ipynb, cell 58]
 def save_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: Any = None,
                     scheduler: Any = None, scaler: Any = None, step: int = 0,
                     **extra: Any) -> None:
@@ -64,10 +120,22 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: Any = 
     (torch, CUDA, Python, NumPy), the model's config (when it has a ``config`` with
     ``to_dict``) and any ``extra`` plain values (numbers, strings, lists, dicts,
     tensors) to ``path`` with ``torch.save``, atomically (a temporary file, then a
-    rename). Under DDP call it on one rank (``train`` uses rank 0)."""
+    rename). Weights or optimizer state holding NaN or inf raise
+    :class:`NonFiniteError` and leave the file at ``path`` as it was. Temporary files
+    of earlier writes that were killed are removed. Under DDP call it on one rank
+    (``train`` uses rank 0)."""
     net = unwrap_model(model)
+    path = os.fspath(path)
+    bad = _non_finite(net.state_dict(), "model")
+    if optimizer is not None:
+        bad += _non_finite(optimizer.state_dict()["state"], "optimizer")
+    if bad:
+        raise NonFiniteError(f"not writing the checkpoint {path}: {', '.join(bad[:3])}"
+                             f"{' ...' if len(bad) > 3 else ''} hold NaN or inf; the "
+                             f"file at {path} is left as it was")
     to_dict = getattr(getattr(net, "config", None), "to_dict", None)
     state = {
+        "format": CHECKPOINT_FORMAT,
         "model": net.state_dict(),
         "optimizer": optimizer.state_dict() if optimizer is not None else None,
         "scheduler": scheduler.state_dict() if scheduler is not None else None,
@@ -77,8 +145,8 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: Any = 
         "config": to_dict() if callable(to_dict) else None,
         "extra": extra,
     }
-    path = os.fspath(path)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    _remove_stale_temporaries(path)
     tmp = f"{path}.tmp{os.getpid()}"
     try:
         torch.save(state, tmp)
@@ -88,6 +156,79 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: Any = 
             os.remove(tmp)
 
 
+CHECKPOINT_FORMAT = "transformer_lib checkpoint 1"
+
+
+# [book/10_training.ipynb, cell 60]
+def _read_checkpoint(path: str, map_location: Any) -> dict[str, Any]:
+    """``torch.load(weights_only=True)`` of ``path``, with one clear error per way a
+    file can fail to be a checkpoint of this library."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such checkpoint file")
+    if os.path.isdir(path):
+        raise CheckpointError(f"{path}: is a directory, not a checkpoint file")
+    if os.path.getsize(path) == 0:
+        raise CheckpointError(f"{path}: the file is empty (an interrupted write?), "
+                              "not a checkpoint")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError:
+        raise CheckpointError(
+            f"{path}: refused: it holds objects other than tensors, numbers, strings "
+            "and plain containers (the safe loader, weights_only=True); it is not a "
+            "checkpoint of transformer_lib and may run code when unpickled") from None
+    except Exception as exc:              # EOFError, OSError, RuntimeError, KeyError...
+        raise CheckpointError(f"{path}: not a complete checkpoint: the file is "
+                              f"truncated or not a torch.save file "
+                              f"({type(exc).__name__})") from None
+    keys = {"model", "step", "rng", "extra"}
+    if (not isinstance(state, dict) or not keys <= state.keys()
+            or not isinstance(state["model"], dict)
+            or not isinstance(state["extra"], dict)
+            or not isinstance(state["rng"], dict)
+            or isinstance(state["step"], bool) or not isinstance(state["step"], int)
+            or not all(isinstance(t, torch.Tensor) for t in state["model"].values())):
+        held = sorted(map(str, state))[:6] if isinstance(state, dict) else [
+            type(state).__name__]
+        raise CheckpointError(f"{path}: not a checkpoint written by save_checkpoint "
+                              f"(it holds {held}; a checkpoint holds model, optimizer, "
+                              "scheduler, step, rng, config, extra)")
+    bad = _non_finite(state["model"], "model")
+    if bad:
+        raise CheckpointError(f"{path}: the weights {', '.join(bad[:3])} hold NaN or "
+                              "inf")
+    return state
+
+
+def _check_fits(path: str, net: nn.Module, state: dict[str, Any]) -> None:
+    """Refuse a checkpoint of another model: its config (every field but dropout),
+    then the names and shapes of its tensors."""
+    stored = state.get("config")
+    to_dict = getattr(getattr(net, "config", None), "to_dict", None)
+    if isinstance(stored, dict) and callable(to_dict):
+        here = to_dict()
+        names = sorted((here.keys() | stored.keys()) - {"dropout"})
+        differ = [f"{k}={stored.get(k, '(none)')!r} in the file, "
+                  f"{here.get(k, '(none)')!r} in the model"
+                  for k in names if stored.get(k, "(none)") != here.get(k, "(none)")]
+        if differ:
+            raise CheckpointError(f"{path}: a checkpoint of another model: "
+                                  + "; ".join(differ[:4]))
+    own, theirs = net.state_dict(), state["model"]
+    problems = [f"{k} missing" for k in sorted(own.keys() - theirs.keys())]
+    problems += [f"unexpected {k}" for k in sorted(theirs.keys() - own.keys())]
+    problems += [f"{k} has shape {tuple(theirs[k].shape)} in the file, "
+                 f"{tuple(own[k].shape)} in the model"
+                 for k in sorted(own.keys() & theirs.keys())
+                 if theirs[k].shape != own[k].shape]
+    if problems:
+        raise CheckpointError(f"{path}: a checkpoint of another model: "
+                              + "; ".join(problems[:4])
+                              + (f" (and {len(problems) - 4} more)"
+                                 if len(problems) > 4 else ""))
+
+
+# [book/10_training.ipynb, cell 62]
 def load_checkpoint(path: str | os.PathLike, model: nn.Module | None = None,
                     optimizer: Any = None, scheduler: Any = None, scaler: Any = None,
                     map_location: Any = "cpu",
@@ -96,22 +237,39 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module | None = None,
     ``torch.load(weights_only=True)`` (plain tensors and containers only: no arbitrary
     object is unpickled), load the states into whichever of ``model``, ``optimizer``,
     ``scheduler``, ``scaler`` are given, restore the RNG states when ``restore_rng``,
-    and return the whole checkpoint dict (``step``, ``config``, ``extra``, ...)."""
-    state = torch.load(os.fspath(path), map_location=map_location, weights_only=True)
+    and return the whole checkpoint dict (``step``, ``config``, ``extra``, ...).
+
+    A missing file raises ``FileNotFoundError``; an empty, truncated, foreign or unsafe
+    file, non-finite weights, a checkpoint of another model (another config, or other
+    tensor names or shapes) or a state that does not fit the optimizer, scheduler or
+    scaler raise :class:`CheckpointError` naming the file, before ``model`` is
+    changed."""
+    path = os.fspath(path)
+    state = _read_checkpoint(path, map_location)
     if model is not None:
-        unwrap_model(model).load_state_dict(state["model"])
+        net = unwrap_model(model)
+        _check_fits(path, net, state)
+        net.load_state_dict(state["model"])
     parts = {"optimizer": optimizer, "scheduler": scheduler, "scaler": scaler}
     for key, obj in parts.items():
         if obj is not None:
             if state.get(key) is None:
-                raise ValueError(f"the checkpoint {path} holds no {key} state")
-            obj.load_state_dict(state[key])
+                raise CheckpointError(f"{path}: the checkpoint holds no {key} state")
+            try:
+                obj.load_state_dict(state[key])
+            except (ValueError, KeyError, TypeError, RuntimeError) as exc:
+                raise CheckpointError(f"{path}: its {key} state does not fit this "
+                                      f"{key}: {exc}") from None
     if restore_rng:
-        restore_rng_state(state["rng"])
+        try:
+            restore_rng_state(state["rng"])
+        except (ValueError, KeyError, TypeError, RuntimeError) as exc:
+            raise CheckpointError(f"{path}: its random states cannot be restored: "
+                                  f"{exc!r}") from None
     return state
 
 
-# [book/10_training.ipynb, cell 58]
+# [book/10_training.ipynb, cell 64]
 @dataclass
 class RunPosition:
     """Where a training run stands: ``step`` (updates made), ``epoch``, ``in_epoch``
@@ -131,8 +289,8 @@ class RunPosition:
         :func:`load_checkpoint`)."""
         extra = state["extra"]
         if not {"epoch", "in_epoch", "epoch_rng"} <= extra.keys():
-            raise ValueError("the checkpoint holds no position in an epoch: it was not "
-                             "written by train()")
+            raise CheckpointError("the checkpoint holds no position in an epoch: it "
+                                  "was not written by train()")
         return cls(state["step"], extra["epoch"], extra["in_epoch"], extra["epoch_rng"],
                    resume_rng=state["rng"])
 
@@ -149,8 +307,13 @@ def epoch_batches(loader: Iterable, position: RunPosition) -> Iterator:
         if callable(set_epoch):
             set_epoch(position.epoch)
     batches = iter(loader)
-    for _ in range(position.in_epoch):               # resuming: skip the batches used
-        next(batches)
+    for used in range(position.in_epoch):            # resuming: skip the batches used
+        if next(batches, None) is None:
+            raise ValueError(
+                f"cannot resume at batch {position.in_epoch} of epoch "
+                f"{position.epoch}: the loader gives only {used} batches in that "
+                "epoch (other data or another batch size than the run that was "
+                "saved?)")
     if position.resume_rng is not None:              # ... and go on from the stop
         restore_rng_state(position.resume_rng)
         position.resume_rng = None
@@ -161,7 +324,10 @@ __all__ = [
     'unwrap_model',
     'capture_rng_state',
     'restore_rng_state',
+    'CheckpointError',
+    'NonFiniteError',
     'save_checkpoint',
+    'CHECKPOINT_FORMAT',
     'load_checkpoint',
     'RunPosition',
     'epoch_batches',

@@ -1,7 +1,7 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: cd3d3077559f7f8f
+# digest: 1cba38f9350b514b
 # fmt: off
 
 # [book/10_training.ipynb, cell 11]
@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -24,6 +26,7 @@ from transformer_lib.batching import Batch
 from transformer_lib.checkpoint import RunPosition, epoch_batches, unwrap_model
 from transformer_lib.checkpoint import capture_rng_state, restore_rng_state
 from transformer_lib.checkpoint import load_checkpoint, save_checkpoint
+from transformer_lib.checkpoint import CheckpointError, NonFiniteError
 from transformer_lib.evaluation import amp_dtype, evaluate
 from transformer_lib.loss import LabelSmoothingLoss
 
@@ -58,7 +61,7 @@ def noam_lambda(d_model: int, warmup_steps: int,
     return rate
 
 
-# [book/10_training.ipynb, cell 62]
+# [book/10_training.ipynb, cell 68]
 def setup_distributed(backend: str | None = None) -> tuple[int, int, torch.device]:
     """Join the process group that ``torchrun`` describes in the environment (RANK,
     WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) and return (rank, world_size,
@@ -92,13 +95,14 @@ def _rank() -> int:
     return torch.distributed.get_rank() if _dist_on() else 0
 
 
-# [book/10_training.ipynb, cell 66]
+# [book/10_training.ipynb, cell 72]
 @dataclass
 class TrainHistory:
     """What :func:`train` measured. ``loss`` and ``lr`` are logged every ``log_every``
     steps at ``step`` (the training loss averaged over those steps, the learning rate of
     the last one); ``val`` holds one dict per validation (``step``, ``val_loss`` and
-    what ``val_fn`` returned)."""
+    what ``val_fn`` returned). ``interrupted`` is True when Ctrl-C or SIGTERM stopped
+    the run and its handler let ``train`` return."""
 
     step: list[int] = field(default_factory=list)
     loss: list[float] = field(default_factory=list)
@@ -106,6 +110,7 @@ class TrainHistory:
     val: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
     last_step: int = 0
+    interrupted: bool = False
 
 
 @dataclass
@@ -141,7 +146,7 @@ class TrainConfig:
         return every > 0 and step % every == 0 and step < self.steps
 
 
-# [book/10_training.ipynb, cell 68]
+# [book/10_training.ipynb, cell 74]
 @dataclass
 class _Run:
     """The objects of one run of :func:`train`, handed to its pieces."""
@@ -154,6 +159,9 @@ class _Run:
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     config: TrainConfig
     device: torch.device
+    epoch_length: int | None = None    # batches per epoch, if the loader has a len()
+    saved_step: int | None = None      # the step of the last checkpoint written
+    busy: bool = False                 # inside an update (its state is half-made)
 
     @classmethod
     def start(cls, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
@@ -171,7 +179,7 @@ class _Run:
         return cls(model, net, optimizer, scheduler, scaler, loss_fn, config, device)
 
 
-# [book/10_training.ipynb, cell 70]
+# [book/10_training.ipynb, cell 76]
 def _update(run: _Run, batch: Batch) -> tuple[torch.Tensor, float]:
     """One update on ``batch`` -> (its loss, on the device; the learning rate)."""
     src, tgt_in, tgt_out = Batch(*batch).to(run.device, non_blocking=True)
@@ -198,7 +206,7 @@ def _update(run: _Run, batch: Batch) -> tuple[torch.Tensor, float]:
     return loss.detach(), lr
 
 
-# [book/10_training.ipynb, cell 72]
+# [book/10_training.ipynb, cell 78]
 class _LossLog:
     """The training loss summed on the device over a logging interval; :meth:`write`
     reads it back (the interval's one host-device synchronisation) and records it."""
@@ -211,10 +219,17 @@ class _LossLog:
         self.total += loss                           # queued on the device, not read
         self.count += 1
 
-    def write(self, history: TrainHistory, bar: Any, step: int, lr: float) -> None:
-        mean = float(self.total) / self.count        # the read-back
+    def check(self, step: int) -> float:
+        """The mean loss of the interval (read back); NonFiniteError if not finite."""
+        mean = float(self.total) / max(self.count, 1)
         if not math.isfinite(mean):
-            raise FloatingPointError(f"the training loss is {mean} at step {step}")
+            first = step - self.count + 1
+            raise NonFiniteError(f"the training loss is {mean} at step {step} (it "
+                                 f"turned non-finite in the steps {first}-{step})")
+        return mean
+
+    def write(self, history: TrainHistory, bar: Any, step: int, lr: float) -> None:
+        mean = self.check(step)                      # the read-back
         self.total.zero_()
         self.count = 0
         history.step.append(step)
@@ -224,7 +239,7 @@ class _LossLog:
             bar.set_postfix(loss=f"{mean:.4f}", lr=f"{lr:.3g}", refresh=False)
 
 
-# [book/10_training.ipynb, cell 74]
+# [book/10_training.ipynb, cell 80]
 def _validate(run: _Run, step: int, history: TrainHistory, bar: Any) -> bool:
     """Validate after update ``step`` into ``history``; True if ``stop_fn`` says
     stop."""
@@ -233,11 +248,13 @@ def _validate(run: _Run, step: int, history: TrainHistory, bar: Any) -> bool:
         return False
     saved = capture_rng_state()
     record: dict[str, Any] = {"step": step}
-    if cfg.val_loader is not None:
-        record["val_loss"] = evaluate(run.net, cfg.val_loader, run.loss_fn, cfg.amp)
-    if cfg.val_fn is not None:
-        record.update(cfg.val_fn(run.net))
-    restore_rng_state(saved)
+    try:
+        if cfg.val_loader is not None:
+            record["val_loss"] = evaluate(run.net, cfg.val_loader, run.loss_fn, cfg.amp)
+        if cfg.val_fn is not None:
+            record.update(cfg.val_fn(run.net))
+    finally:
+        restore_rng_state(saved)
     history.val.append(record)
     if bar is not None:
         bar.write(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
@@ -245,31 +262,140 @@ def _validate(run: _Run, step: int, history: TrainHistory, bar: Any) -> bool:
     return bool(cfg.stop_fn is not None and cfg.stop_fn(record))
 
 
-def _save(run: _Run, pos: RunPosition) -> None:
-    """Checkpoint the run at ``pos`` to ``checkpoint_path``, if there is one."""
+def _save(run: _Run, pos: RunPosition, losses: _LossLog, barrier: bool = True) -> None:
+    """Checkpoint the run at ``pos`` to ``checkpoint_path``, if there is one, after
+    checking the losses not yet logged (save_checkpoint checks the weights)."""
     path = run.config.checkpoint_path
     if not path:
         return
+    losses.check(pos.step)
     if _rank() == 0:
         save_checkpoint(path, run.net, run.optimizer, run.scheduler, run.scaler,
                         pos.step, epoch=pos.epoch, in_epoch=pos.in_epoch,
-                        epoch_rng=pos.epoch_rng)
-    if _dist_on():
+                        epoch_rng=pos.epoch_rng, batches_per_epoch=run.epoch_length)
+        run.saved_step = pos.step
+    if barrier and _dist_on():
         torch.distributed.barrier()
 
 
 def _resume(run: _Run) -> RunPosition:
     """The position in ``resume_from`` with every state loaded, or the start (no
-    file)."""
+    file). Everything is checked before anything is loaded."""
     path = run.config.resume_from
     if path is None or not os.path.exists(path):
         return RunPosition()
-    state = load_checkpoint(path, run.net, run.optimizer, run.scheduler, run.scaler,
-                            map_location=run.device)
-    return RunPosition.from_checkpoint(state)
+    state = load_checkpoint(path, map_location=run.device)     # read and checked
+    try:
+        position = RunPosition.from_checkpoint(state)
+    except CheckpointError as exc:
+        raise CheckpointError(f"{os.fspath(path)}: {exc}") from None
+    saved, here = state["extra"].get("batches_per_epoch"), run.epoch_length
+    if saved is not None and here is not None and saved != here:
+        raise CheckpointError(
+            f"{os.fspath(path)}: the run was saved with {saved} batches per epoch, "
+            f"this train_loader gives {here} (other data, another batch size or "
+            "another number of processes): it cannot be resumed exactly")
+    load_checkpoint(path, run.net, run.optimizer, run.scheduler, run.scaler,
+                    map_location=run.device)
+    return position
 
 
-# [book/10_training.ipynb, cell 76]
+# [book/10_training.ipynb, cell 82]
+class _Interrupts:
+    """Ctrl-C and SIGTERM noted (in the main thread, the one that receives signals)
+    while ``enabled``; :meth:`deliver` hands a noted signal to the previous handler."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.signum: int | None = None
+        self.previous: dict[int, Any] = {}
+        self.installed = False
+
+    def __enter__(self) -> _Interrupts:
+        if self.enabled and threading.current_thread() is threading.main_thread():
+            for name in ("SIGINT", "SIGTERM"):
+                sig: int | None = getattr(signal, name, None)
+                if sig is None:
+                    continue
+                handler = signal.getsignal(sig)
+                if handler is not None and handler is not signal.SIG_IGN:
+                    self.previous[sig] = handler
+                    signal.signal(sig, self._note)
+            self.installed = True
+        return self
+
+    def _note(self, signum: int, frame: Any) -> None:
+        if self.signum is None:
+            self.signum = signum                     # acted on after this update
+        else:
+            self.restore()                           # a second one: at once
+            self._hand_over(signum)
+
+    def restore(self) -> None:
+        if self.installed:
+            for sig, handler in self.previous.items():
+                signal.signal(sig, handler)
+            self.installed = False
+
+    def __exit__(self, *exc: Any) -> None:
+        self.restore()
+
+    def deliver(self) -> None:
+        if self.signum is not None:
+            self._hand_over(self.signum)
+
+    def _hand_over(self, signum: int) -> None:
+        handler = self.previous.get(signum)
+        if callable(handler):
+            handler(signum, None)       # e.g. Python's own: raises KeyboardInterrupt
+        else:
+            signal.raise_signal(signum)              # the default action
+
+
+# [book/10_training.ipynb, cell 84]
+def _loop(run: _Run, loader: Iterable, pos: RunPosition, history: TrainHistory,
+          losses: _LossLog, bar: Any, interrupts: _Interrupts) -> bool:
+    """Updates from ``pos`` (moved along in place) to ``steps``; True if stopped by
+    ``stop_fn``."""
+    cfg = run.config
+    run.model.train()
+    while pos.step < cfg.steps and interrupts.signum is None:
+        for batch in epoch_batches(loader, pos):
+            run.busy = True
+            loss, lr = _update(run, batch)
+            pos.step, pos.in_epoch = pos.step + 1, pos.in_epoch + 1
+            run.busy = False
+            losses.add(loss)
+            if pos.step % cfg.log_every == 0 or pos.step == cfg.steps:
+                losses.write(history, bar, pos.step, lr)
+            if bar is not None:
+                bar.update(1)
+            if cfg.due(cfg.val_every, pos.step) and _validate(run, pos.step, history,
+                                                               bar):
+                return True
+            if cfg.due(cfg.checkpoint_every, pos.step):
+                _save(run, pos, losses)
+            if pos.step >= cfg.steps or interrupts.signum is not None:
+                return False
+        if pos.in_epoch == 0:                        # the epoch is over: the next one
+            raise ValueError("train_loader yielded no batch")
+        pos.epoch, pos.in_epoch, pos.epoch_rng = pos.epoch + 1, 0, None
+    return False
+
+
+def _kept(run: _Run) -> str:
+    """What the checkpoint file holds after a run failed."""
+    path = run.config.checkpoint_path
+    if not path:
+        return "no checkpoint_path was given"
+    if run.saved_step is None:
+        return f"{os.fspath(path)} was not written by this run"
+    return (f"{os.fspath(path)} holds step {run.saved_step}, the last checkpoint "
+            "written with finite weights and losses: resume from it (a lower learning "
+            "rate or a longer warm-up may avoid the blow-up)")
+
+
+# [book/10_training.ipynb, cell 86]
 def train(model: nn.Module, train_loader: Iterable, optimizer: torch.optim.Optimizer,
           scheduler: Any = None, loss_fn: Callable | None = None, *,
           steps: int | None = None, val_loader: Iterable | None = None,
@@ -288,18 +414,21 @@ def train(model: nn.Module, train_loader: Iterable, optimizer: torch.optim.Optim
     ``LabelSmoothingLoss(0.1, pad_id)``) under ``torch.autocast`` if ``amp`` is
     ``"bf16"`` or ``"fp16"`` (with a ``GradScaler``); backward;
     ``clip_grad_norm_(clip_norm)``; ``optimizer.step()``, then ``scheduler.step()``. The
-    loader is iterated epoch after epoch (calling its sampler's ``set_epoch``). The loss
-    is read back every ``log_every`` steps, where a non-finite one raises
-    ``FloatingPointError``.
+    loader is iterated epoch after epoch (calling its sampler's ``set_epoch``).
 
     Every ``val_every`` steps and at the end: the loss on ``val_loader`` and the dict of
-    ``val_fn(model)``; training stops if ``stop_fn(that dict)`` is true. Every
-    ``checkpoint_every`` steps and at the end, rank 0 writes a checkpoint to
-    ``checkpoint_path``; ``resume_from`` (if the file exists) continues a run exactly.
-    Under ``torchrun`` (after :func:`setup_distributed`) the model is wrapped in
-    ``DistributedDataParallel``; the loader's sampler must split the data by rank
-    (:class:`TokenBucketSampler` does). ``progress`` shows a tqdm bar with loss and lr
-    on rank 0.
+    ``val_fn(model)``; training stops if ``stop_fn(that dict)`` is true. At the start,
+    every ``checkpoint_every`` steps and at the end, rank 0 writes a checkpoint to
+    ``checkpoint_path``; ``resume_from`` (if the file exists) continues a run exactly
+    (a checkpoint of another model or of a loader with another number of batches per
+    epoch raises :class:`CheckpointError`). With a ``checkpoint_path``, Ctrl-C and
+    SIGTERM write a checkpoint of the last finished update, then go on to their previous
+    handler (KeyboardInterrupt, the end of the process). A non-finite loss (read every
+    ``log_every`` steps and before each checkpoint) or non-finite weights raise
+    :class:`NonFiniteError` (a FloatingPointError); the checkpoint file keeps the last
+    finite state. Under ``torchrun`` (after :func:`setup_distributed`) the model is
+    wrapped in ``DistributedDataParallel``; the loader's sampler must split the data by
+    rank (:class:`TokenBucketSampler` does). ``progress`` shows a tqdm bar on rank 0.
     """
     cfg = _settings(config, steps, val_loader=val_loader, val_every=val_every,
                     val_fn=val_fn, stop_fn=stop_fn, clip_norm=clip_norm, amp=amp,
@@ -307,43 +436,38 @@ def train(model: nn.Module, train_loader: Iterable, optimizer: torch.optim.Optim
                     checkpoint_every=checkpoint_every, resume_from=resume_from,
                     progress=progress)
     run = _Run.start(model, optimizer, scheduler, loss_fn, cfg)
+    run.epoch_length = _length(train_loader)
     pos, history, losses = _resume(run), TrainHistory(), _LossLog(run.device)
+    if pos.step == 0 and cfg.checkpoint_path:        # resumable from the very start
+        pos.epoch_rng = capture_rng_state()          # (what the epoch would record)
+        _save(run, pos, losses)
     bar = None
     if cfg.progress and _rank() == 0:                # a progress bar on rank 0
         bar = tqdm(total=cfg.steps, initial=pos.step, ncols=100, mininterval=1.0,
                    file=sys.stderr)
-    run.model.train()
     t0 = time.perf_counter()
-    stopped = False
-    while pos.step < cfg.steps and not stopped:
-        for batch in epoch_batches(train_loader, pos):
-            loss, lr = _update(run, batch)
-            pos.step, pos.in_epoch = pos.step + 1, pos.in_epoch + 1
-            losses.add(loss)
-            if pos.step % cfg.log_every == 0 or pos.step == cfg.steps:
-                losses.write(history, bar, pos.step, lr)
+    with _Interrupts(bool(cfg.checkpoint_path)) as interrupts:
+        try:
+            stopped = _loop(run, train_loader, pos, history, losses, bar, interrupts)
+            if not stopped and interrupts.signum is None:
+                _validate(run, pos.step, history, bar)
+            _save(run, pos, losses, barrier=interrupts.signum is None)
+        except KeyboardInterrupt:                    # between two updates: save
+            if cfg.checkpoint_path and not run.busy:
+                _save(run, pos, losses, barrier=False)
+            raise
+        except NonFiniteError as exc:
+            raise NonFiniteError(f"{exc}; {_kept(run)}") from None
+        finally:
             if bar is not None:
-                bar.update(1)
-            if cfg.due(cfg.val_every, pos.step):
-                stopped = _validate(run, pos.step, history, bar)
-            if cfg.due(cfg.checkpoint_every, pos.step):
-                _save(run, pos)
-            if pos.step >= cfg.steps or stopped:
-                break
-        else:                                        # the epoch is over: the next one
-            if pos.in_epoch == 0:
-                raise ValueError("train_loader yielded no batch")
-            pos = RunPosition(pos.step, pos.epoch + 1)
-    if not stopped:
-        _validate(run, pos.step, history, bar)
-    _save(run, pos)
-    if bar is not None:
-        bar.close()
+                bar.close()
     history.seconds, history.last_step = time.perf_counter() - t0, pos.step
+    history.interrupted = interrupts.signum is not None
+    interrupts.deliver()                             # the signal goes on
     return history
 
 
-# [book/10_training.ipynb, cell 78]
+# [book/10_training.ipynb, cell 88]
 def _settings(config: TrainConfig | None, steps: int | None,
               **keywords: Any) -> TrainConfig:
     if config is None:
@@ -356,6 +480,14 @@ def _settings(config: TrainConfig | None, steps: int | None,
         raise TypeError("give train() its settings as config=TrainConfig(...) or as "
                         "keyword arguments, not both")
     return config
+
+
+def _length(loader: Iterable) -> int | None:
+    """``len(loader)``, or None for a loader without one."""
+    try:
+        return len(loader)  # type: ignore[arg-type]
+    except TypeError:
+        return None
 
 
 __all__ = [
