@@ -1,7 +1,7 @@
 """Generated from book/01_embedding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: f3cca0ad7c5da96d
+# digest: d7130c01e2715e3b
 # fmt: off
 
 # [book/01_embedding.ipynb, cell 8]
@@ -83,7 +83,7 @@ def check_probability(value, name: str, *, zero: bool = True,
     return check_float(value, name, 0.0, 1.0, low_open=not zero, high_open=not one)
 
 
-# [book/01_embedding.ipynb, cell 12]
+# [book/01_embedding.ipynb, cell 11]
 def check_token_ids(ids: torch.Tensor, vocab_size: int | None, name: str = "ids",
                     dims: int | None = None) -> None:
     """Refuse anything but an integer tensor of ids in [0, vocab_size) (of ``dims``

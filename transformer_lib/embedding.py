@@ -1,10 +1,10 @@
 """Generated from book/01_embedding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 9d133c6f5afe6974
+# digest: dd45d983ed5ee8ba
 # fmt: off
 
-# [book/01_embedding.ipynb, cell 14]
+# [book/01_embedding.ipynb, cell 13]
 from __future__ import annotations
 
 import math
