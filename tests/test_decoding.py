@@ -1,11 +1,14 @@
-"""Tests of transformer_lib.decoding (chapter 11): KV-cache decoding equals full decoding, beam size 1
-equals greedy, sampling limits equal greedy, sampled frequencies match the filtered distribution, beam
-search against a plain one-sentence reference, reported scores against teacher-forced log-probs, bad
-input, models that are not Transformers (duck typing), one read-back from the device per step. Models
+"""Tests of chapter 11's modules, transformer_lib.decoding, .beam and .sampling: KV-cache decoding equals
+full decoding, beam size 1 equals greedy, sampling limits equal greedy, sampled frequencies match the filtered
+distribution, beam search against a plain one-sentence reference, reported scores against teacher-forced
+log-probs, bad input, models that are not Transformers (duck typing), one read-back from the device per step,
+a decoding loop of one's own on the public pieces (start_decoding, Stepper, decoding_mode, decode_with). Models
 are tiny and in float64, so that cached and uncached decoding cannot differ by rounding."""
 from __future__ import annotations
 
+import ast
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -14,13 +17,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import transformer_lib as tl
+from transformer_lib.beam import beam_search, length_penalty_factor
 from transformer_lib.decoding import (
-    beam_search,
+    Stepper,
+    decode_with,
+    decoding_mode,
     greedy_decode,
-    length_penalty_factor,
-    sample,
-    sampling_distribution,
+    start_decoding,
 )
+from transformer_lib.sampling import sample, sampling_distribution
 
 PAD, BOS, EOS = 0, 1, 2
 
@@ -540,3 +545,101 @@ def test_one_read_back_per_step(monkeypatch, decode):
     assert decode(m, x, 9).shape[-1] == 10                                      # all 9 steps ran
     assert _read_backs(monkeypatch, lambda: decode(m, x, 9)) \
         - _read_backs(monkeypatch, lambda: decode(m, x, 5)) == 4
+
+
+# ---------------------------------------------------------------- the public pieces of a decoding loop
+
+def _own_greedy(model, src, max_len, use_cache):
+    """Greedy decoding written by hand on start_decoding, Stepper.step and decoding_mode."""
+    c = model.config
+    with decoding_mode(model):
+        stepper = start_decoding(model, src, use_cache)
+        ys = torch.full((src.size(0), 1), c.bos_id)
+        done = torch.zeros(src.size(0), dtype=torch.bool)
+        while ys.size(1) <= max_len and not done.all():
+            next_token = stepper.step(ys).argmax(-1).masked_fill(done, c.pad_id)
+            ys = torch.cat([ys, next_token[:, None]], 1)
+            done |= next_token == c.eos_id
+    return ys
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_a_loop_of_your_own_on_the_public_pieces(model, src, use_cache):
+    model.train()                                         # decoding_mode must switch dropout off
+    own = _own_greedy(model, src, 12, use_cache)
+    assert model.training                                 # and restore the mode after
+    model.eval()
+    assert torch.equal(own, greedy_decode(model, src, 12, use_cache))
+    m, x = TableModel(), make_src(2, 3, 4)
+    assert torch.equal(_own_greedy(m, x, 6, use_cache), greedy_decode(m, x, 6, use_cache))
+
+
+def test_decode_with_takes_any_rule_for_the_next_token(model, src):
+    assert torch.equal(decode_with(model, src, 12, lambda logits: logits.argmax(-1)), greedy_decode(model, src, 12))
+
+    def rule(logits):                                     # row 0 ends at once, the others always write 5
+        out = torch.full((logits.size(0),), 5)
+        out[0] = EOS
+        return out
+    out = decode_with(model, src, 7, rule)
+    assert out.shape == (src.size(0), 8) and out[:, 0].eq(BOS).all()
+    assert out[0, 1] == EOS and out[0, 2:].eq(PAD).all() and out[1:, 1:].eq(5).all()
+    with pytest.raises(ValueError, match="max_len"):
+        decode_with(model, src, 0, rule)
+
+
+def test_stepper_reorder_keeps_the_chosen_rows(model, src):
+    """After reorder(index) a cached stepper continues rows ``index``: the same logits as a fresh uncached
+    stepper on those rows' sources and prefixes."""
+    index = torch.tensor([2, 0, 0, 5])
+    first = torch.full((src.size(0), 1), BOS)
+    with decoding_mode(model):
+        cached = Stepper(model, src, use_cache=True)
+        tokens = cached.step(first).argmax(-1)                                   # (B,)
+        cached.reorder(index)
+        ys = torch.cat([first, tokens[:, None]], 1)[index]                       # (4, 2)
+        fresh = Stepper(model, src[index], use_cache=False)
+        torch.testing.assert_close(cached.step(ys), fresh.step(ys), rtol=1e-9, atol=1e-9)
+
+
+def test_stepper_never_offers_pad_or_bos_and_refuses_a_prefix_out_of_step(model, src):
+    with decoding_mode(model):
+        stepper = start_decoding(model, src)
+        logits = stepper.step(torch.full((src.size(0), 1), BOS))
+        assert logits.dtype == torch.float32 and torch.isneginf(logits[:, [PAD, BOS]]).all()
+        with pytest.raises(RuntimeError, match="out of step"):
+            stepper.step(torch.full((src.size(0), 3), BOS))                      # 3 tokens after 1 step
+
+
+def test_start_decoding_checks_its_arguments(model, src):
+    with pytest.raises(ValueError, match="src"):
+        start_decoding(model, src + 100)
+    with pytest.raises(ValueError, match="src"):
+        start_decoding(model, src.float())
+    with pytest.raises(TypeError, match="model"):
+        start_decoding(object(), src)  # type: ignore[arg-type]
+
+
+MODULES = ("decoding", "beam", "sampling")
+
+
+def test_the_modules_import_no_private_name_of_another():
+    root = Path(tl.__file__).parent
+    for name in MODULES:
+        tree = ast.parse((root / f"{name}.py").read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("transformer_lib"):
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                assert not private, f"{name}.py imports {private} from {node.module}"
+
+
+def test_the_public_names_are_importable_from_the_package_root():
+    import importlib
+
+    for name in MODULES:
+        module = importlib.import_module(f"transformer_lib.{name}")
+        for public in module.__all__:
+            assert getattr(tl, public) is getattr(module, public)
+    for old in ("DecodingConfig", "Seq2SeqModel", "greedy_decode", "beam_search", "length_penalty_factor",
+                "sample", "sampling_distribution"):
+        assert hasattr(tl, old)

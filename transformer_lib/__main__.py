@@ -1,6 +1,8 @@
-"""``python -m transformer_lib train|translate``: the command-line tool of chapter 12 (see transformer_lib.cli).
+"""``python -m transformer_lib train|translate``: the command-line tool.
 
-Written by hand (tools/export.py leaves it alone); the tool itself is exported from book/12_translation.ipynb.
+Written by hand (tools/export.py leaves it alone); the tool itself, transformer_lib.cli,
+is exported from book/appendix_cli.ipynb. Under
+``torchrun --nproc_per_node N -m transformer_lib train`` every process runs this file.
 """
 import sys
 

@@ -1,15 +1,27 @@
-"""Tests of transformer_lib.data: the generated corpus, its splits, the corpus readers and the BPE tokenizer."""
+"""Tests of transformer_lib.corpus: the generated corpus, its splits, the corpus readers and writers, and
+the optional dependencies (num2words and babel are imported only when a pair is generated)."""
 import datetime
-import json
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from num2words import num2words
 
-from transformer_lib.data import (BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID, BPETokenizer, CorpusError,
-                                  Pair, date_pair, generate_pairs, number_pair, read_aligned, read_parallel,
-                                  read_tsv, split_pairs, write_tsv)
+from transformer_lib.corpus import (
+    CorpusError,
+    Pair,
+    date_pair,
+    generate_pairs,
+    number_pair,
+    read_aligned,
+    read_parallel,
+    read_tsv,
+    split_pairs,
+    write_tsv,
+)
 
 
 # ---------------------------------------------------------------- the generator
@@ -146,7 +158,8 @@ def test_read_aligned(tmp_path):
     assert read_aligned(src, tgt) == [("zwei", "two"), ("drei", "three")]
     assert read_parallel(src, tgt) == read_aligned(src, tgt)
     tgt.write_text("two\n", encoding="utf-8")
-    with pytest.raises(CorpusError, match=r"train\.en:2: missing line; .*train\.en has 1 lines but .*train\.de has 2"):
+    with pytest.raises(CorpusError,
+                       match=r"train\.en:2: missing line; .*train\.en has 1 lines but .*train\.de has 2"):
         read_aligned(src, tgt)
     with pytest.raises(CorpusError, match=r"train\.en:2: missing line"):
         read_aligned(tgt, src)
@@ -157,7 +170,8 @@ def test_read_aligned(tmp_path):
         read_parallel(src, tgt, src)
 
 
-_line = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\t\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029\ufeff"),
+_SEPARATORS = "\t\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029\ufeff"     # what splits or ends a line
+_line = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters=_SEPARATORS),
                 min_size=1, max_size=20).map(str.strip).filter(bool)
 
 
@@ -174,82 +188,24 @@ def test_write_tsv_refuses_tabs(tmp_path):
         write_tsv([("a", "b"), ("c", "d\te")], tmp_path / "x.tsv")
 
 
-# ---------------------------------------------------------------- tokenizer
-@pytest.fixture(scope="module")
-def tokenizer():
-    pairs = generate_pairs(600, seed=0)
-    return BPETokenizer.train([p.src for p in pairs] + [p.tgt for p in pairs], vocab_size=400)
+# ---------------------------------------------------------------- optional dependencies
+def test_import_does_not_load_the_optional_dependencies():
+    code = ("import sys, transformer_lib; "
+            "print(sorted(m for m in ('babel', 'num2words', 'sacrebleu') if m in sys.modules))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"
 
 
-def test_special_ids_are_fixed(tokenizer):
-    assert (PAD_ID, BOS_ID, EOS_ID, UNK_ID) == (0, 1, 2, 3)
-    for i, tok in enumerate(SPECIAL_TOKENS):
-        assert tokenizer.tokenizer.token_to_id(tok) == i
-    assert tokenizer.vocab_size == 400
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.text(st.characters(blacklist_categories=("Cs",)), max_size=40))
-def test_round_trip_any_text(tokenizer, text):
-    ids = tokenizer.encode(text)
-    assert UNK_ID not in ids and all(4 <= i < tokenizer.vocab_size for i in ids)
-    assert tokenizer.decode(ids) == text
-
-
-def test_round_trip_corpus_and_framing(tokenizer):
-    for p in generate_pairs(100, seed=11):
-        for text in (p.src, p.tgt):
-            ids = tokenizer.encode(text, add_bos=True, add_eos=True)
-            assert ids[0] == BOS_ID and ids[-1] == EOS_ID
-            assert tokenizer.decode(ids) == text
-    assert tokenizer.encode("<pad></s>") != [PAD_ID, EOS_ID]          # the text is text, not special tokens
-    assert tokenizer.decode(tokenizer.encode("<pad></s>")) == "<pad></s>"
-
-
-def test_decode_stops_at_eos_and_skips_pad(tokenizer):
-    a, b = tokenizer.encode("zwei"), tokenizer.encode("three")
-    assert tokenizer.decode([BOS_ID] + a + [EOS_ID] + b) == "zwei"
-    assert tokenizer.decode_batch([[BOS_ID] + a + [EOS_ID, PAD_ID], [BOS_ID] + b + [PAD_ID, PAD_ID]]) == ["zwei", "three"]
-    torch = pytest.importorskip("torch")
-    assert tokenizer.decode_batch(torch.tensor([[BOS_ID] + a + [EOS_ID]])) == ["zwei"]
-    with pytest.raises(ValueError, match="ids must be token ids"):
-        tokenizer.decode([5, 10 ** 6])
-
-
-def test_digits_are_split_one_by_one(tokenizer):
-    assert tokenizer.tokens("2026") == ["2", "0", "2", "6"]
-
-
-def test_save_load(tokenizer, tmp_path):
-    path = tokenizer.save(tmp_path / "tokenizer.json")
-    loaded = BPETokenizer.load(path)
-    assert loaded.vocab_size == tokenizer.vocab_size
-    for text in ("dreitausendsiebenhundertvierundzwanzig", "2026年11月30日", "November 30, 2026", "<s> x"):
-        assert loaded.encode(text) == tokenizer.encode(text)
-        assert loaded.decode(loaded.encode(text)) == text
-
-
-def test_load_errors(tokenizer, tmp_path):
-    with pytest.raises(FileNotFoundError, match="no tokenizer file"):
-        BPETokenizer.load(tmp_path / "missing.json")
-    bad = tmp_path / "bad.json"
-    bad.write_text("{not json", encoding="utf-8")
-    with pytest.raises(ValueError, match="not a tokenizer file"):
-        BPETokenizer.load(bad)
-    # a tokenizer whose special tokens sit at other ids is refused
-    data = json.loads(tokenizer.tokenizer.to_str())
-    for entry in data["added_tokens"]:
-        entry["id"] = {0: 1, 1: 0}.get(entry["id"], entry["id"])
-    vocab = data["model"]["vocab"]
-    vocab["<pad>"], vocab["<s>"] = vocab["<s>"], vocab["<pad>"]
-    swapped = tmp_path / "swapped.json"
-    swapped.write_text(json.dumps(data), encoding="utf-8")
-    with pytest.raises(ValueError, match="'<pad>' at id 0"):
-        BPETokenizer.load(swapped)
-
-
-def test_train_bad_input():
-    with pytest.raises(ValueError, match="vocab_size must be"):
-        BPETokenizer.train(["a b c"], vocab_size=100)
-    with pytest.raises(TypeError, match="text must be a str"):
-        BPETokenizer.train(["a b c"], vocab_size=300).encode(3)
+@pytest.mark.parametrize("module, call", [
+    ("num2words", lambda: number_pair(3, "de")),
+    ("babel", lambda: date_pair(datetime.date(2000, 1, 2), "de")),
+    ("babel", lambda: generate_pairs(5, date_fraction=1.0)),
+])
+def test_a_missing_optional_dependency_names_the_extra(monkeypatch, module, call):
+    for name in list(sys.modules):
+        if name == module or name.startswith(module + "."):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, module, None)          # `import module` now raises ImportError
+    with pytest.raises(ImportError, match=r"pip install 'transformer_lib\[corpus\]'"):
+        call()

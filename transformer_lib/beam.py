@@ -1,0 +1,191 @@
+"""Generated from book/11_decoding.ipynb: edit the notebook, not this file.
+
+Regenerate with ``python tools/export.py``."""
+# digest: 998a6dcb042dd1e4
+# fmt: off
+
+# [book/11_decoding.ipynb, cell 25]
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from transformer_lib.checks import check_float, check_int
+from transformer_lib.decoding import DecodingConfig, Seq2SeqModel, Stepper
+from transformer_lib.decoding import check_max_len, check_model, check_src
+from transformer_lib.decoding import decoding_mode
+
+_LENGTH_NORMS = ("gnmt", "power")
+
+
+def length_penalty_factor(length: int | torch.Tensor, alpha: float, norm: str = "gnmt"):
+    """The divisor of a hypothesis's log-probability in :func:`beam_search`.
+
+    ``length`` is the number of generated tokens, eos included and bos not
+    (beam_search's ``count_bos=True`` adds one). ``norm="gnmt"``: ((5 + length) / 6) **
+    alpha, Wu et al. (2016), the penalty the Transformer paper used with alpha = 0.6.
+    ``norm="power"``: length ** alpha, the study notes' form. alpha = 0 gives 1 for
+    both: raw log-probabilities, which favour short outputs.
+    """
+    if norm == "gnmt":
+        return ((5.0 + length) / 6.0) ** alpha
+    if norm == "power":
+        return length ** alpha
+    raise ValueError(f"length_norm must be one of {_LENGTH_NORMS}, got {norm!r}")
+
+
+# [book/11_decoding.ipynb, cell 27]
+class _Beams:
+    """A beam search's state: ys (B·n, t) live prefixes (n = 1 at first, then k),
+    live_logp (B, n) their log-probabilities; fin_ids (B, k, T), fin_scores (B, k) each
+    sentence's k best finished hypotheses, best first (-inf: an empty place, all pad);
+    done (B,). ``score(logp, t)`` applies the length penalty of t generated tokens."""
+
+    def __init__(self, config: DecodingConfig, B: int, k: int, max_len: int,
+                 score: Callable[[torch.Tensor, int], torch.Tensor],
+                 device: torch.device):
+        self.B, self.k, self.n, self.score = B, k, 1, score
+        self.pad_id, self.eos_id = config.pad_id, config.eos_id
+        self.fin_ids = torch.full((B, k, max_len + 1), config.pad_id,
+                                  dtype=torch.long, device=device)         # (B, k, T)
+        self.ys = self.fin_ids.new_full((B, 1), config.bos_id)             # (B·n, t)
+        self.live_logp = torch.zeros(B, 1, device=device)                  # (B, n)
+        self.fin_scores = torch.full((B, k), float("-inf"), device=device)  # (B, k)
+        self.done = torch.zeros(B, dtype=torch.bool, device=device)         # (B,)
+        self.rank = torch.arange(2 * k, device=device)                      # (2k,)
+
+    def finish(self, ids: torch.Tensor, scores: torch.Tensor) -> None:
+        """Keep, per sentence, the k best of the finished hypotheses so far and of new
+        ones: ids (B, m, t <= T), scores (B, m), -inf for "not new"."""
+        T = self.fin_ids.size(-1)
+        ids = F.pad(ids, (0, T - ids.size(-1)), value=self.pad_id)         # (B, m, T)
+        # rows not new are all pad, as empty places are: ties at -inf cannot matter
+        ids = ids.masked_fill(torch.isneginf(scores)[..., None], self.pad_id)
+        scores = torch.cat([self.fin_scores, scores], dim=1)               # (B, k + m)
+        self.fin_scores, index = scores.topk(self.k, dim=1)                # best first
+        index = index[..., None].expand(-1, -1, T)                         # (B, k, T)
+        self.fin_ids = torch.cat([self.fin_ids, ids], dim=1).gather(1, index)
+
+    # [book/11_decoding.ipynb, cell 29]
+    def advance(self, logits: torch.Tensor, t: int) -> torch.Tensor:
+        """One step: logits (B·n, V) of the live beams' next tokens -> the parent row
+        of each new beam (B·k,); the prefixes grow to t + 1 tokens (t generated)."""
+        B, k, n = self.B, self.k, self.n
+        V = logits.size(-1)
+        logp = torch.log_softmax(logits, dim=-1).view(B, n, V)             # (B, n, V)
+        cand = (self.live_logp[:, :, None] + logp).view(B, n * V)          # (B, n·V)
+        cand_logp, cand_index = cand.topk(min(2 * k, n * V), dim=-1)       # (B, 2k)
+        beam, token = cand_index // V, cand_index % V           # parent beam, new token
+        is_eos = token == self.eos_id
+        # an eos among the k best joins the finished hypotheses (if not done yet)
+        new_fin = is_eos & (self.rank[: token.size(1)] < k) & ~self.done[:, None]
+        parent = beam[..., None].expand(-1, -1, t)                         # (B, 2k, t)
+        prefix = self.ys.view(B, n, t).gather(1, parent)                   # (B, 2k, t)
+        seq = torch.cat([prefix, token[..., None]], dim=2)             # (B, 2k, t + 1)
+        self.finish(seq, self.score(cand_logp, t).masked_fill(~new_fin, float("-inf")))
+        # the new beams: the k best continuations that do not end in eos
+        live = cand_logp.masked_fill(is_eos, float("-inf"))
+        self.live_logp, pick = live.topk(k, dim=-1)                        # (B, k)
+        beam, token = beam.gather(1, pick), token.gather(1, pick)          # (B, k)
+        rows = torch.arange(B, device=beam.device)[:, None] * n
+        index = (rows + beam).view(-1)                                     # (B·k,)
+        self.ys = torch.cat([self.ys.index_select(0, index), token.view(-1, 1)], dim=1)
+        self.n = k
+        return index
+
+    # [book/11_decoding.ipynb, cell 31]
+    def stop(self, t: int, early_stopping: bool) -> bool:
+        """Mark the sentences that are done after t generated tokens; True when all are.
+        The one value a step reads back from the device."""
+        worst = self.fin_scores[:, -1]                                     # (B,)
+        if early_stopping:                         # the notes' rule: k finished
+            self.done |= torch.isfinite(worst)
+        else:                                      # and no live beam scores better
+            self.done |= worst >= self.score(self.live_logp[:, 0], t)
+        return bool(self.done.all())
+
+    def close(self, t: int) -> None:
+        """Out of room after t tokens: the live beams of the sentences not done join the
+        finished hypotheses."""
+        scores = self.score(self.live_logp, t)                             # (B, k)
+        scores = scores.masked_fill(self.done[:, None], float("-inf"))
+        self.finish(self.ys.view(self.B, self.k, t + 1), scores)
+
+    def best(self, n_best: int | None):
+        """(B, T) ids of the best hypotheses, or (ids (B, n, T), scores (B, n))."""
+        keep = n_best or 1
+        ids, scores = self.fin_ids[:, :keep], self.fin_scores[:, :keep]     # best first
+        length = int((ids != self.pad_id).sum(dim=-1).max())
+        ids = ids[..., :length]                            # drop the common padding
+        if n_best is None:
+            return ids[:, 0]                                               # (B, T)
+        return ids, scores
+
+
+# [book/11_decoding.ipynb, cell 33]
+def beam_search(model: Seq2SeqModel, src: torch.Tensor, beam_size: int = 4,
+                max_len: int | None = None, length_penalty: float = 0.6,
+                use_cache: bool = True, *, length_norm: str = "gnmt",
+                count_bos: bool = False, early_stopping: bool = False,
+                n_best: int | None = None):
+    """Beam search over a batch: B sentences × beam_size beams run as one batch.
+
+    src (B, S) -> ids (B, T), the best hypothesis of each sentence, laid out as
+    :func:`greedy_decode`'s output; with ``n_best=n`` (1 <= n <= beam_size),
+    ``(ids (B, n, T), scores (B, n))``, the n best of each sentence, best first.
+
+    * Score of a finished hypothesis: its log-probability divided by
+      :func:`length_penalty_factor` (alpha = ``length_penalty``, ``length_norm`` "gnmt"
+      or "power"; the length counts eos, and bos only with ``count_bos=True``).
+    * The first step expands one beam per sentence, not beam_size copies of it. Each
+      step ranks the 2·beam_size best continuations; one that ends in eos and ranks
+      among the first beam_size is finished (never extended); the beam_size best that
+      do not end in eos are the new beams.
+    * A sentence is done when it has beam_size finished hypotheses and its best live
+      beam, scored at its current length, does not beat the worst of them (exact for
+      alpha = 0, a heuristic for alpha > 0); with ``early_stopping=True``, as soon as
+      it has beam_size finished (the study notes' rule, also fairseq's). After
+      ``max_len`` new tokens the live beams join the finished ones. beam_size = 1 is
+      greedy decoding.
+
+    ``max_len`` defaults to min(config.max_len, 2·S + 10) for sources of length S. pad
+    and bos are never generated; eval mode and no gradients while decoding, as in
+    :func:`greedy_decode`. ``model``: anything with the members of
+    :class:`Seq2SeqModel`.
+    """
+    check_model(model)
+    k = check_int(beam_size, "beam_size")
+    src = check_src(model, src)
+    c = model.config
+    if max_len is None:
+        max_len = min(c.max_len, 2 * src.size(1) + 10)
+    max_len = check_max_len(model, max_len)
+    V = c.tgt_vocab_size
+    if k > V - len({c.pad_id, c.bos_id, c.eos_id}):
+        raise ValueError(f"beam_size={k} is larger than the number of tokens a beam "
+                         f"can take (tgt_vocab_size={V} less pad, bos and eos)")
+    alpha = check_float(length_penalty, "length_penalty")
+    length_penalty_factor(1, 0.0, length_norm)                     # checks the name
+    if n_best is not None and check_int(n_best, "n_best") > k:
+        raise ValueError(f"n_best must be None or an int in [1, beam_size={k}], "
+                         f"got {n_best!r}")
+
+    def score(logp: torch.Tensor, t: int) -> torch.Tensor:        # t generated tokens
+        return logp / length_penalty_factor(t + int(count_bos), alpha, length_norm)
+
+    with decoding_mode(model):
+        stepper = Stepper(model, src, bool(use_cache))
+        beams = _Beams(c, src.size(0), k, max_len, score, src.device)
+        for t in range(1, max_len + 1):                  # t tokens after this step
+            index = beams.advance(stepper.step(beams.ys), t)
+            stepper.reorder(index)                       # cache, memory, mask follow
+            if beams.stop(t, early_stopping):            # the step's one sync
+                break
+            if t == max_len:                             # out of room
+                beams.close(t)
+    return beams.best(n_best)
+
+
+__all__ = ['length_penalty_factor', 'beam_search']
