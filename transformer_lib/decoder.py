@@ -1,7 +1,7 @@
 """Generated from book/08_decoder.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 05f8f2bda0d12243
+# digest: 7a04673637ce65c0
 # fmt: off
 
 # [book/08_decoder.ipynb, cell 8]
@@ -16,10 +16,10 @@ from transformer_lib.attention import MultiHeadAttention
 from transformer_lib.checks import check_int
 from transformer_lib.feed_forward import PositionwiseFeedForward
 from transformer_lib.norm import SublayerConnection, make_norm
-from transformer_lib.torch_weights import (DecoderLayerParts, LayerStack,
-                                           check_torch_layer, check_torch_stack,
+from transformer_lib.torch_weights import (DecoderLayerParts, check_torch_layer,
                                            copy_attention, copy_feed_forward,
-                                           copy_norms, expect_parts, expect_torch)
+                                           copy_norms, expect_parts, expect_torch,
+                                           load_torch_stack)
 
 _M = TypeVar("_M", bound=nn.Module)
 
@@ -165,14 +165,8 @@ def load_torch_decoder_layer(layer: _M, reference: nn.Module) -> _M:
 def load_torch_decoder(decoder: _M, reference: nn.Module) -> _M:
     """Copy the weights of a ``torch.nn.TransformerDecoder`` (its layers and its
     optional final norm) into ``decoder`` and return it."""
-    ours: LayerStack = expect_parts(decoder, LayerStack, "decoder")
-    ref = expect_torch(reference, nn.TransformerDecoder)
-    check_torch_stack(ours, ref)
-    for layer, ref_layer in zip(ours.layers, ref.layers):
-        load_torch_decoder_layer(layer, ref_layer)
-    if ref.norm is not None:
-        copy_norms([(ours.norm, ref.norm)])
-    return decoder
+    return load_torch_stack(decoder, reference, nn.TransformerDecoder,
+                            load_torch_decoder_layer, "decoder")
 
 
 __all__ = [

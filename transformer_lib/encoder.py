@@ -1,7 +1,7 @@
 """Generated from book/07_encoder.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: cce88f8827b27666
+# digest: 3a4c6133886842ac
 # fmt: off
 
 # [book/07_encoder.ipynb, cell 5]
@@ -16,8 +16,8 @@ from transformer_lib.attention import MultiHeadAttention
 from transformer_lib.checks import check_int
 from transformer_lib.feed_forward import PositionwiseFeedForward
 from transformer_lib.norm import SublayerConnection, make_norm
-from transformer_lib.torch_weights import EncoderLayerParts, LayerStack
-from transformer_lib.torch_weights import check_torch_layer, check_torch_stack
+from transformer_lib.torch_weights import EncoderLayerParts, check_torch_layer
+from transformer_lib.torch_weights import load_torch_stack
 from transformer_lib.torch_weights import copy_attention, copy_feed_forward
 from transformer_lib.torch_weights import copy_norms, expect_parts, expect_torch
 
@@ -100,14 +100,8 @@ def load_torch_encoder_layer(layer: _M, reference: nn.Module) -> _M:
 def load_torch_encoder(encoder: _M, reference: nn.Module) -> _M:
     """Copy the weights of a ``nn.TransformerEncoder`` (its layers and its optional
     final norm) into ``encoder``."""
-    ours: LayerStack = expect_parts(encoder, LayerStack, "encoder")
-    ref = expect_torch(reference, nn.TransformerEncoder)
-    check_torch_stack(ours, ref)
-    for layer, ref_layer in zip(ours.layers, ref.layers):
-        load_torch_encoder_layer(layer, ref_layer)
-    if ref.norm is not None:
-        copy_norms([(ours.norm, ref.norm)])
-    return encoder
+    return load_torch_stack(encoder, reference, nn.TransformerEncoder,
+                            load_torch_encoder_layer, "encoder")
 
 
 __all__ = ['EncoderLayer', 'Encoder', 'load_torch_encoder_layer', 'load_torch_encoder']

@@ -1,14 +1,14 @@
 """Generated from book/07_encoder.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: aab576ad63ba902e
+# digest: 6b60394da604548c
 # fmt: off
 
 # [book/07_encoder.ipynb, cell 7]
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 import torch
@@ -20,6 +20,7 @@ from transformer_lib.feed_forward import PositionwiseFeedForward
 from transformer_lib.norm import SublayerConnection
 
 _T = TypeVar("_T")
+_S = TypeVar("_S", bound=nn.Module)
 _TorchLayer = nn.TransformerEncoderLayer | nn.TransformerDecoderLayer
 _TorchStack = nn.TransformerEncoder | nn.TransformerDecoder
 
@@ -157,6 +158,21 @@ def copy_norms(pairs: Sequence[tuple[nn.Module, nn.Module]]) -> None:
         ours.load_state_dict(reference.state_dict())
 
 
+@torch.no_grad()
+def load_torch_stack(stack: _S, reference: nn.Module, torch_class: type[_TorchStack],
+                     load_layer: Callable[[Any, Any], object], name: str) -> _S:
+    """Copy a PyTorch stack of ``torch_class`` into ``stack``: every layer with
+    ``load_layer``, then the optional final norm. All checks run first."""
+    ours: LayerStack = expect_parts(stack, LayerStack, name)
+    ref = expect_torch(reference, torch_class)
+    check_torch_stack(ours, ref)
+    for layer, ref_layer in zip(ours.layers, ref.layers):
+        load_layer(layer, ref_layer)
+    if ref.norm is not None:
+        copy_norms([(ours.norm, ref.norm)])
+    return stack
+
+
 __all__ = [
     'EncoderLayerParts',
     'DecoderLayerParts',
@@ -171,4 +187,5 @@ __all__ = [
     'copy_attention',
     'copy_feed_forward',
     'copy_norms',
+    'load_torch_stack',
 ]
