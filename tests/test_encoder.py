@@ -14,6 +14,18 @@ from transformer_lib.masks import padding_mask
 D, H, FF, PAD = 16, 4, 40, 0
 
 
+def _assert_matches_torch(ours, ref):
+    """Our layer equals PyTorch's on a padded batch (PyTorch's fast path off: it zeroes pads)."""
+    ids, x = _batch()
+    with torch.no_grad():
+        torch.backends.mha.set_fastpath_enabled(False)
+        try:
+            expected = ref(x, src_key_padding_mask=(ids == PAD))
+        finally:
+            torch.backends.mha.set_fastpath_enabled(True)
+        torch.testing.assert_close(ours(x, padding_mask(ids, PAD)), expected, atol=1e-5, rtol=1e-5)
+
+
 def _batch(seed: int = 0, lengths=(6, 3, 5)):
     g = torch.Generator().manual_seed(seed)
     L = max(lengths)
@@ -49,14 +61,7 @@ def test_layer_matches_torch(norm_first, activation):
     ref = nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, batch_first=True, norm_first=norm_first,
                                      activation=activation).eval()
     ours = load_torch_encoder_layer(EncoderLayer(D, H, FF, 0.0, norm_first, activation=activation), ref).eval()
-    ids, x = _batch()
-    with torch.no_grad():
-        torch.backends.mha.set_fastpath_enabled(False)
-        try:
-            expected = ref(x, src_key_padding_mask=(ids == PAD))
-        finally:
-            torch.backends.mha.set_fastpath_enabled(True)
-        torch.testing.assert_close(ours(x, padding_mask(ids, PAD)), expected, atol=1e-5, rtol=1e-5)
+    _assert_matches_torch(ours, ref)
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -222,14 +227,7 @@ def test_loader_takes_any_layer_with_the_parts():
     ref = nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, batch_first=True).eval()
     own = load_torch_encoder_layer(_OwnLayer(), ref).eval()
     assert isinstance(own, _OwnLayer) and not isinstance(own, EncoderLayer)
-    ids, x = _batch()
-    with torch.no_grad():
-        torch.backends.mha.set_fastpath_enabled(False)
-        try:
-            expected = ref(x, src_key_padding_mask=(ids == PAD))
-        finally:
-            torch.backends.mha.set_fastpath_enabled(True)
-        torch.testing.assert_close(own(x, padding_mask(ids, PAD)), expected, atol=1e-5, rtol=1e-5)
+    _assert_matches_torch(own, ref)
 
 
 def test_loader_names_the_missing_parts():
