@@ -1,6 +1,7 @@
 """Tests of transformer_lib.corpus: the generated corpus, its splits, the corpus readers and writers, and
 the optional dependencies (num2words and babel are imported only when a pair is generated)."""
 import datetime
+import os
 import subprocess
 import sys
 from collections import Counter
@@ -13,6 +14,7 @@ from num2words import num2words
 from transformer_lib.corpus import (
     CorpusError,
     Pair,
+    atomic_write,
     date_pair,
     generate_pairs,
     number_pair,
@@ -127,10 +129,11 @@ def test_read_tsv(tmp_path):
 @pytest.mark.parametrize("content, message", [
     ("a\tb\nc d\ne\tf\n", r"c\.tsv:2: expected 'source<TAB>target', found 0 tabs"),
     ("a\tb\ne\tf\tg\n", r"c\.tsv:2: expected 'source<TAB>target', found 2 tabs"),
-    ("a\tb\n\n", r"c\.tsv:2: expected"),
+    ("a\tb\n\nc d\n", r"c\.tsv:3: expected"),
     ("a\tb\nx\t \n", r"c\.tsv:2: empty target"),
     ("a\tb\nc\td\n\tz\n", r"c\.tsv:3: empty source"),
     ("", r"c\.tsv: no sentence pairs"),
+    ("\n \n\n", r"c\.tsv: no sentence pairs"),
 ])
 def test_read_tsv_errors_name_file_and_line(tmp_path, content, message):
     f = tmp_path / "c.tsv"
@@ -209,3 +212,50 @@ def test_a_missing_optional_dependency_names_the_extra(monkeypatch, module, call
     monkeypatch.setitem(sys.modules, module, None)          # `import module` now raises ImportError
     with pytest.raises(ImportError, match=r"pip install 'transformer_lib\[corpus\]'"):
         call()
+
+
+def test_read_tsv_skips_and_counts_blank_lines(tmp_path):
+    # issue 14: a trailing blank line was reported as "found 0 tabs"
+    f = tmp_path / "c.tsv"
+    f.write_text("zwei\ttwo\n\ndrei\tthree\n  \n\n", encoding="utf-8")
+    pairs = read_tsv(f)
+    assert pairs == [("zwei", "two"), ("drei", "three")] and pairs.blank_lines == 3
+    assert read_parallel(f).blank_lines == 3
+    f.write_text("zwei\ttwo\n", encoding="utf-8")
+    assert read_tsv(f).blank_lines == 0
+
+
+def test_atomic_write_keeps_the_old_file_when_a_write_fails(tmp_path):
+    f = tmp_path / "x.txt"
+    atomic_write(f, "good\n")
+
+    def fail(tmp):
+        with open(tmp, "w") as out:
+            out.write("half")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        atomic_write(f, fail)
+    assert f.read_text() == "good\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.txt"]     # no temporary left
+    atomic_write(f, b"bytes")
+    assert f.read_bytes() == b"bytes"
+
+
+def test_atomic_write_removes_temporaries_of_killed_writes(tmp_path):
+    f = tmp_path / "x.txt"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    stale = tmp_path / f"x.txt.tmp{dead}"
+    stale.write_text("half")
+    alive = tmp_path / f"x.txt.tmp{os.getpid() + 0}x"       # not a temporary's name
+    alive.write_text("keep")
+    atomic_write(f, "new")
+    assert not stale.exists() and alive.exists() and f.read_text() == "new"
+
+
+def test_write_tsv_is_atomic(tmp_path):
+    f = write_tsv([("zwei", "two")], tmp_path / "c.tsv")
+    with pytest.raises(ValueError, match="tab or newline"):
+        write_tsv([("ok", "ok"), ("a\tb", "c")], f)
+    assert read_tsv(f) == [("zwei", "two")]

@@ -7,7 +7,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transformer_lib.corpus import generate_pairs
-from transformer_lib.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID, BPETokenizer, encode_pairs
+from transformer_lib.tokenizer import (
+    BOS_ID,
+    BYTE_OF_CHAR,
+    EOS_ID,
+    PAD_ID,
+    SPECIAL_TOKENS,
+    UNK_ID,
+    BPETokenizer,
+    encode_pairs,
+)
 
 
 # ---------------------------------------------------------------- tokenizer
@@ -106,3 +115,35 @@ def test_encode_pairs_drops_what_does_not_fit(tokenizer):
     n = len(tokenizer.encode("three thousand"))
     assert encode_pairs([("a", "three thousand")], tokenizer, max_len=n)[1] == 1
     assert encode_pairs([("a", "three thousand")], tokenizer, max_len=n + 1)[1] == 0
+
+
+# ---------------------------------------------------------------- broken byte sequences (issue 14)
+def test_decode_drops_incomplete_utf8_pieces(tokenizer):
+    # a sampled sequence can hold the first byte of a character without the rest
+    text = "三千七百"
+    ids = tokenizer.encode(text)
+    char_of = {b: c for c, b in BYTE_OF_CHAR.items()}
+    assert char_of[0xE4] == "ä" and char_of[0x20] == "Ġ"       # GPT-2's byte table
+    # "三" is E4 B8 89 in UTF-8: its bytes as single byte-level tokens
+    byte_ids = [tokenizer.tokenizer.token_to_id(char_of[b]) for b in (0xE4, 0xB8, 0x89)]
+    assert None not in byte_ids
+    assert tokenizer.decode(byte_ids) == "三"
+    for cut in ([byte_ids[0]], byte_ids[:2], [byte_ids[1]], byte_ids[1:]):
+        out = tokenizer.decode(ids + cut + ids)
+        assert "\ufffd" not in out and out == text + text
+    assert tokenizer.decode(tokenizer.encode("a\ufffdb")) == "a\ufffdb"  # the real character
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(4, 399), max_size=30))
+def test_decode_of_any_ids_is_valid_text(tokenizer, ids):
+    out = tokenizer.decode(ids)
+    assert "\ufffd" not in out
+    out.encode("utf-8")                             # no lone surrogates either
+
+
+def test_save_is_atomic(tokenizer, tmp_path):
+    path = tokenizer.save(tmp_path / "tok.json")
+    assert BPETokenizer.load(path).encode("dreitausend") == tokenizer.encode("dreitausend")
+    assert path.read_text(encoding="utf-8") == tokenizer.to_json()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tok.json"]

@@ -2,22 +2,28 @@
 (save_model_dir, load_model_dir and their errors), batched translation (translate_lines) and BLEU."""
 import json
 import sys
+import warnings
 
 import pytest
 import torch
+from safetensors.torch import save_model
 
+from transformer_lib.checkpoint import CheckpointError, save_checkpoint
 from transformer_lib.corpus import generate_pairs
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.tokenizer import BPETokenizer
 from transformer_lib.translate import (
+    CHECKPOINT_FILE,
     CONFIG_FILE,
     TOKENIZER_FILE,
     TRAINING_FILE,
     WEIGHTS_FILE,
+    LineTooLongWarning,
     ModelDirError,
     corpus_bleu,
     load_config_and_tokenizer,
     load_model_dir,
+    load_resume_setup,
     save_config_and_tokenizer,
     save_model_dir,
     translate_lines,
@@ -110,8 +116,108 @@ def test_weights_of_another_config_are_refused(model_dir, tmp_path):
     config = json.loads((d / CONFIG_FILE).read_text())
     config["d_ff"] = 64
     (d / CONFIG_FILE).write_text(json.dumps(config))
+    with pytest.raises(ModelDirError, match=r"config\.json: d_ff=64, but the model\.safetensors has 32"):
+        load_model_dir(d, "cpu")
+    # weights without the record of save_model_dir (written by safetensors alone): shapes still checked
+    save_model(Transformer(TransformerConfig.from_dict(json.loads((model_dir / CONFIG_FILE).read_text()))),
+               str(d / WEIGHTS_FILE))
     with pytest.raises(ModelDirError, match="not made for config.json"):
         load_model_dir(d, "cpu")
+
+
+@pytest.mark.parametrize("field, value", [("n_heads", 1), ("norm_first", True), ("pad_id", 3)])
+def test_an_edited_config_that_keeps_the_shapes_is_refused(model_dir, tmp_path, field, value):
+    # issue 14: n_heads changes no tensor shape, only how the weights are cut into heads
+    d = _copy(model_dir, tmp_path / "m")
+    config = json.loads((d / CONFIG_FILE).read_text())
+    old = config[field]
+    config[field] = value
+    (d / CONFIG_FILE).write_text(json.dumps(config))
+    with pytest.raises(ModelDirError, match=rf"config\.json: {field}={value!r}, but the model\.safetensors "
+                                            rf"has {old!r}"):
+        load_model_dir(d, "cpu")
+    config["dropout"] = 0.3                                # dropout is not part of the weights' meaning
+    config[field] = old
+    (d / CONFIG_FILE).write_text(json.dumps(config))
+    assert load_model_dir(d, "cpu")[0].config.dropout == 0.3
+
+
+def test_a_swapped_tokenizer_is_refused(model_dir, tokenizer, tmp_path):
+    d = _copy(model_dir, tmp_path / "m")
+    other = BPETokenizer.train([p.src + p.tgt for p in generate_pairs(200, seed=4)], vocab_size=300)
+    assert other.vocab_size == tokenizer.vocab_size and other.to_json() != tokenizer.to_json()
+    other.save(d / TOKENIZER_FILE)
+    with pytest.raises(ModelDirError, match=r"tokenizer\.json: not the tokenizer the weights"):
+        load_model_dir(d, "cpu")
+
+
+# ---------------------------------------------------------------- atomic writes and resuming (issue 14)
+def test_a_failed_write_leaves_the_directory_whole(model, tokenizer, model_dir, tmp_path, monkeypatch):
+    d = _copy(model_dir, tmp_path / "m")
+    (d / TRAINING_FILE).write_bytes((model_dir / TRAINING_FILE).read_bytes())
+    before = {f.name: f.read_bytes() for f in d.iterdir()}
+
+    def full_disk(model, tmp, *args, **kwargs):
+        with open(tmp, "wb") as f:
+            f.write(b"{")                                   # a truncated write ...
+        raise OSError(28, "No space left on device")        # ... then the disk is full
+
+    monkeypatch.setattr("transformer_lib.translate.save_model", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        save_model_dir(d, model, tokenizer, steps=8)
+    monkeypatch.setattr(BPETokenizer, "to_json", lambda self: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        save_model_dir(d, model, tokenizer, steps=8)
+    after = {f.name: f.read_bytes() for f in d.iterdir()}
+    assert after == before                                  # every file whole, no temporary left
+    loaded, _ = load_model_dir(d, "cpu")
+    assert loaded.config == model.config
+
+
+def test_unchanged_files_are_not_rewritten(model, tokenizer, model_dir, tmp_path):
+    d = _copy(model_dir, tmp_path / "m")
+    stamps = {name: (d / name).stat().st_mtime_ns for name in (CONFIG_FILE, TOKENIZER_FILE)}
+    inode = (d / TOKENIZER_FILE).stat().st_ino
+    save_config_and_tokenizer(d, model.config, tokenizer)
+    assert {name: (d / name).stat().st_mtime_ns for name in stamps} == stamps
+    assert (d / TOKENIZER_FILE).stat().st_ino == inode
+
+
+def test_stale_temporaries_are_removed(model, tokenizer, model_dir, tmp_path):
+    d = _copy(model_dir, tmp_path / "m")
+    stale = d / f"{WEIGHTS_FILE}.tmp{2 ** 22 + 12345}"        # above any pid Linux hands out by default
+    stale.write_bytes(b"half")
+    save_model_dir(d, model, tokenizer)
+    assert not stale.exists()
+
+
+def _run_dir(model, tokenizer, path):
+    save_config_and_tokenizer(path, model.config, tokenizer)
+    save_checkpoint(path / CHECKPOINT_FILE, model, step=3)
+    return path
+
+
+def test_load_resume_setup(model, tokenizer, tmp_path):
+    d = _run_dir(model, tokenizer, tmp_path / "run")
+    config, tok = load_resume_setup(d)
+    assert config == model.config and tok.to_json() == tokenizer.to_json()
+    with pytest.raises(ModelDirError, match="nothing to resume"):
+        load_resume_setup(tmp_path / "none")
+    edited = json.loads((d / CONFIG_FILE).read_text())
+    edited["n_heads"] = 1
+    (d / CONFIG_FILE).write_text(json.dumps(edited))
+    with pytest.raises(ModelDirError, match=r"config\.json: n_heads=1, but the checkpoint\.pt has 2"):
+        load_resume_setup(d)
+    d = _run_dir(model, tokenizer, tmp_path / "run2")
+    (d / CHECKPOINT_FILE).write_bytes(b"")
+    with pytest.raises(CheckpointError, match=r"checkpoint\.pt: the file is empty"):
+        load_resume_setup(d)
+    d = _run_dir(model, tokenizer, tmp_path / "run3")
+    save_model_dir(d, model, tokenizer)
+    other = BPETokenizer.train([p.src + p.tgt for p in generate_pairs(200, seed=4)], vocab_size=300)
+    other.save(d / TOKENIZER_FILE)
+    with pytest.raises(ModelDirError, match=r"tokenizer\.json: not the tokenizer"):
+        load_resume_setup(d)
 
 
 # ---------------------------------------------------------------- translate_lines
@@ -156,8 +262,35 @@ def test_bad_arguments(model, tokenizer, kwargs, error, needle):
 
 
 def test_one_string_is_refused(model, tokenizer):
-    with pytest.raises(TypeError, match="lines must be a list of str"):
+    # issue 14: one str used to be translated character by character
+    with pytest.raises(TypeError, match="lines must be a list of str, got one str"):
         translate_lines(model, tokenizer, "drei")
+
+
+def test_a_line_longer_than_max_len_is_never_cut_silently(model, tokenizer):
+    long_line = " ".join(p.src for p in PAIRS[:20])
+    n = len(tokenizer.encode(long_line))
+    assert n > model.config.max_len
+    lines = ["drei", long_line, "vier"]
+    with pytest.raises(ValueError, match=rf"line 2: {n} tokens, longer than the model's max_len 48"):
+        translate_lines(model, tokenizer, lines)
+    with pytest.warns(LineTooLongWarning, match=rf"line 2: {n} tokens.*cut to its first 48 tokens"):
+        warned = translate_lines(model, tokenizer, lines, on_too_long="warn")
+    seen = []
+    called = translate_lines(model, tokenizer, lines, on_too_long=lambda i, k: seen.append((i, k)))
+    assert seen == [(2, n)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cut = translate_lines(model, tokenizer, lines, on_too_long="truncate")
+    assert warned == called == cut and len(cut) == 3
+    with pytest.raises(ValueError, match="on_too_long must be"):
+        translate_lines(model, tokenizer, lines, on_too_long="skip")
+
+
+def test_sampled_translations_are_valid_text(model, tokenizer):
+    # issue 14: sampling with the default settings gave U+FFFD in 24 of 200 lines
+    out = translate_lines(model, tokenizer, [p.src for p in PAIRS[:60]], sampling=True, seed=1)
+    assert not any("\ufffd" in line for line in out)
 
 
 # ---------------------------------------------------------------- BLEU

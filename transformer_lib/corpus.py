@@ -1,7 +1,7 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 139fa3aa1ecc592a
+# digest: b4cc6a9496a2c40a
 # fmt: off
 
 # [book/12_translation.ipynb, cell 6]
@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import datetime
 import importlib
+import os
 import random
 from pathlib import Path
 from types import ModuleType
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 from transformer_lib.checks import check_int, check_probability
+from transformer_lib.checkpoint import _remove_stale_temporaries
 
 
 def _optional(module: str, extra: str) -> ModuleType:
@@ -26,6 +28,30 @@ def _optional(module: str, extra: str) -> ModuleType:
     except ImportError:
         raise ImportError(f"{module} is not installed; it comes with the {extra!r} "
                           f"extra: pip install 'transformer_lib[{extra}]'") from None
+
+
+def atomic_write(path, data: str | bytes | Callable[[str], object]) -> Path:
+    """Write ``data`` (text as UTF-8, bytes, or a function that writes the file whose
+    name it is given) to ``path`` atomically: into ``<path>.tmp<pid>`` in the same
+    directory, flushed to disk, then renamed over ``path``. A write that fails or is
+    killed leaves the old file whole; temporary files of killed writes are removed by
+    the next write."""
+    path = Path(path)
+    _remove_stale_temporaries(str(path))
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        if callable(data):
+            data(tmp)
+        else:
+            with open(tmp, "wb") as f:
+                f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)              # atomic: the old file or the new, not half
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
 
 
 # [book/12_translation.ipynb, cell 7]
@@ -177,11 +203,22 @@ def _read_lines(path) -> list[str]:
     return out
 
 
-def read_tsv(path) -> list[tuple[str, str]]:
-    """Read ``source<TAB>target`` lines; a line without exactly one tab, or with an
-    empty side, raises :class:`CorpusError` naming the file and line."""
-    pairs = []
+class Pairs(list):
+    """The list of ``(source, target)`` pairs a reader returns, with ``blank_lines``,
+    the number of blank lines it skipped."""
+
+    blank_lines: int = 0
+
+
+def read_tsv(path) -> Pairs:
+    """Read ``source<TAB>target`` lines; blank lines (a trailing one, say) are skipped
+    and counted in the result's ``blank_lines``; a line without exactly one tab, or
+    with an empty side, raises :class:`CorpusError` naming the file and line."""
+    pairs = Pairs()
     for i, line in enumerate(_read_lines(path), 1):
+        if not line.strip():
+            pairs.blank_lines += 1
+            continue
         fields = line.split("\t")
         if len(fields) != 2:
             raise CorpusError(f"{path}:{i}: expected 'source<TAB>target', found "
@@ -196,7 +233,7 @@ def read_tsv(path) -> list[tuple[str, str]]:
 
 
 # [book/12_translation.ipynb, cell 18]
-def read_aligned(src_path, tgt_path) -> list[tuple[str, str]]:
+def read_aligned(src_path, tgt_path) -> Pairs:
     """Read two line-aligned files (line i of one translates line i of the other); a
     count mismatch or an empty line raises :class:`CorpusError` naming the file and
     line."""
@@ -207,7 +244,7 @@ def read_aligned(src_path, tgt_path) -> list[tuple[str, str]]:
                            else (src_path, tgt_path, len(src_lines)))
         raise CorpusError(f"{short}:{n + 1}: missing line; {short} has {n} lines but "
                           f"{long_} has {max(len(src_lines), len(tgt_lines))}")
-    pairs = []
+    pairs = Pairs()
     for i, (s, t) in enumerate(zip(src_lines, tgt_lines), 1):
         for path, text in ((src_path, s), (tgt_path, t)):
             if not text.strip():
@@ -218,8 +255,9 @@ def read_aligned(src_path, tgt_path) -> list[tuple[str, str]]:
     return pairs
 
 
-def read_parallel(*paths) -> list[tuple[str, str]]:
-    """One path: a TSV file; two paths: line-aligned source and target files."""
+def read_parallel(*paths) -> Pairs:
+    """One path: a TSV file; two paths: line-aligned source and target files. The
+    result's ``blank_lines`` counts the blank lines skipped (TSV only)."""
     if len(paths) == 1:
         return read_tsv(paths[0])
     if len(paths) == 2:
@@ -240,11 +278,11 @@ def write_tsv(pairs: Iterable, path) -> Path:
                 raise ValueError(f"pair {i}: the {name} contains a tab or newline: "
                                  f"{text!r}")
         lines.append(f"{src}\t{tgt}\n")
-    path.write_text("".join(lines), encoding="utf-8")
-    return path
+    return atomic_write(path, "".join(lines))
 
 
 __all__ = [
+    'atomic_write',
     'Pair',
     'NUMBER_LANGUAGES',
     'DATE_LANGUAGES',
@@ -253,6 +291,7 @@ __all__ = [
     'generate_pairs',
     'split_pairs',
     'CorpusError',
+    'Pairs',
     'read_tsv',
     'read_aligned',
     'read_parallel',

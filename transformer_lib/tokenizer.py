@@ -1,7 +1,7 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 46ee12043d8a1807
+# digest: 46981430e231b314
 # fmt: off
 
 # [book/12_translation.ipynb, cell 21]
@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from transformer_lib.checks import check_int
+from transformer_lib.corpus import atomic_write
 
 PAD_ID = 0   #: id of ``<pad>``, the padding token
 BOS_ID = 1   #: id of ``<s>``, the token that starts every decoder input
@@ -86,7 +87,9 @@ class BPETokenizer:
 
     def decode(self, ids) -> str:
         """Token ids -> text. A leading bos is dropped, the text ends at the first eos,
-        pads are skipped."""
+        pads are skipped. Bytes that do not form complete UTF-8 characters (a sampled
+        piece cut inside a character) are dropped, so the text never holds U+FFFD
+        unless the ids encode that character itself."""
         if hasattr(ids, "tolist"):
             ids = ids.tolist()
         ids = list(ids)
@@ -98,8 +101,16 @@ class BPETokenizer:
         bad = [i for i in ids if not isinstance(i, int) or not 0 <= i < n]
         if bad:
             raise ValueError(f"ids must be token ids in [0, {n}), got {bad[:5]}")
-        return self.tokenizer.decode([i for i in ids if i != PAD_ID],
-                                     skip_special_tokens=False)
+        data = bytearray()
+        for i in ids:
+            if i == PAD_ID:
+                continue
+            piece = self.tokenizer.id_to_token(i) or ""
+            if i < len(SPECIAL_TOKENS) or any(c not in BYTE_OF_CHAR for c in piece):
+                data += piece.encode("utf-8")                   # a special token
+            else:
+                data += bytes(BYTE_OF_CHAR[c] for c in piece)
+        return data.decode("utf-8", errors="ignore")
 
     def decode_batch(self, rows) -> list[str]:
         """A (B, T) tensor or a list of id lists -> B strings."""
@@ -114,10 +125,13 @@ class BPETokenizer:
 
     # [book/12_translation.ipynb, cell 25]
     def save(self, path) -> Path:
-        """Write the tokenizer to ``path``, one JSON file of ``tokenizers``."""
-        path = Path(path)
-        self.tokenizer.save(str(path))
-        return path
+        """Write the tokenizer to ``path``, one JSON file of ``tokenizers``, atomically
+        (:func:`~transformer_lib.corpus.atomic_write`)."""
+        return atomic_write(path, self.to_json())
+
+    def to_json(self) -> str:
+        """The tokenizer as the JSON text that :meth:`save` writes."""
+        return self.tokenizer.to_str(pretty=True)
 
     @classmethod
     def load(cls, path) -> "BPETokenizer":
@@ -132,6 +146,21 @@ class BPETokenizer:
             raise ValueError(f"{path}: not a tokenizer file "
                              f"({str(exc).splitlines()[0]})") from None
         return cls(tok)
+
+
+def _byte_of_char() -> dict[str, int]:
+    """The byte-level alphabet: the printable character that stands for each byte
+    (GPT-2's table, the one of ``tokenizers``' ``ByteLevel``)."""
+    bs = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    cs = list(bs)
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + len(cs) - 188)
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+BYTE_OF_CHAR = _byte_of_char()
 
 
 # [book/12_translation.ipynb, cell 29]
@@ -158,5 +187,6 @@ __all__ = [
     'UNK_ID',
     'SPECIAL_TOKENS',
     'BPETokenizer',
+    'BYTE_OF_CHAR',
     'encode_pairs',
 ]

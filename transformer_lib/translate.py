@@ -1,26 +1,30 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 0093cf6385e93915
+# digest: 1e9a8c2b3eba625a
 # fmt: off
 
 # [book/12_translation.ipynb, cell 33]
 from __future__ import annotations
 
+import hashlib
 import json
+import warnings
 from pathlib import Path
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
 
 from transformer_lib.checks import check_int, resolve_device
+from transformer_lib.checkpoint import load_checkpoint
 from transformer_lib.beam import beam_search
 from transformer_lib.decoding import greedy_decode
 from transformer_lib.sampling import sample
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.tokenizer import BPETokenizer
+from transformer_lib.corpus import atomic_write
 
 #: the files of a model directory (section 12.7)
 CONFIG_FILE, TOKENIZER_FILE = "config.json", "tokenizer.json"
@@ -37,7 +41,9 @@ def translate_lines(model: Transformer, tokenizer: BPETokenizer, lines: Iterable
                     sampling: bool = False,
                     temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                     seed: int = 0, batch_size: int = 64, max_len: int | None = None,
-                    precision: str = "fp32") -> list[str]:
+                    precision: str = "fp32",
+                    on_too_long: str | Callable[[int, int], object] = "error"
+                    ) -> list[str]:
     """Translate each string of ``lines``; one output per input, in order; an empty line
     gives ''.
 
@@ -45,9 +51,12 @@ def translate_lines(model: Transformer, tokenizer: BPETokenizer, lines: Iterable
     search; ``sampling``: :func:`~transformer_lib.sampling.sample`; else greedy).
     ``max_len``: the most target tokens (default: 2 × source + 10 for each sentence, at
     most the model's ``max_len``). ``precision``: ``"bf16"`` or ``"fp16"`` decode under
-    autocast."""
+    autocast. A source longer than the model's ``max_len`` tokens: ``on_too_long=
+    "error"`` raises a ValueError naming its line number (from 1), ``"warn"`` cuts it
+    with a :class:`LineTooLongWarning`, ``"truncate"`` cuts it silently, and a function
+    ``f(line_number, n_tokens)`` is called, then the line is cut."""
     if isinstance(lines, str):
-        raise TypeError("lines must be a list of str, got one str")
+        raise TypeError("lines must be a list of str, got one str (wrap it: [line])")
     lines = list(lines)
     beam, batch_size = check_int(beam, "beam"), check_int(batch_size, "batch_size")
     if max_len is not None:
@@ -60,7 +69,14 @@ def translate_lines(model: Transformer, tokenizer: BPETokenizer, lines: Iterable
     c, dtype = model.config, PRECISIONS[precision]
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed) if sampling else None
-    encoded = [tokenizer.encode(line.strip())[: c.max_len] for line in lines]
+    if not callable(on_too_long) and on_too_long not in ("error", "warn", "truncate"):
+        raise ValueError("on_too_long must be 'error', 'warn', 'truncate' or a "
+                         f"function, got {on_too_long!r}")
+    encoded = [tokenizer.encode(line.strip()) for line in lines]
+    for number, line_ids in enumerate(encoded, 1):
+        if len(line_ids) > c.max_len:
+            _too_long(on_too_long, number, len(line_ids), c.max_len)
+            encoded[number - 1] = line_ids[: c.max_len]
     order = sorted((i for i, ids in enumerate(encoded) if ids),
                    key=lambda i: len(encoded[i]))
     out = [""] * len(lines)
@@ -88,6 +104,23 @@ def translate_lines(model: Transformer, tokenizer: BPETokenizer, lines: Iterable
 
 
 # [book/12_translation.ipynb, cell 36]
+class LineTooLongWarning(UserWarning):
+    """A line longer than the model's ``max_len`` was cut (``on_too_long="warn"``)."""
+
+
+def _too_long(on_too_long, number: int, n_tokens: int, max_len: int) -> None:
+    message = (f"line {number}: {n_tokens} tokens, longer than the model's max_len "
+               f"{max_len}")
+    if on_too_long == "error":
+        raise ValueError(f"{message} (on_too_long='warn' or 'truncate' cuts it)")
+    if on_too_long == "warn":
+        warnings.warn(f"{message}: cut to its first {max_len} tokens",
+                      LineTooLongWarning, stacklevel=3)
+    elif callable(on_too_long):
+        on_too_long(number, n_tokens)
+
+
+# [book/12_translation.ipynb, cell 38]
 def corpus_bleu(hypotheses: Sequence[str],
                 references: Sequence[str]) -> tuple[float, str]:
     """BLEU of ``hypotheses`` against one reference each, computed by sacrebleu with its
@@ -107,20 +140,32 @@ def corpus_bleu(hypotheses: Sequence[str],
     return score.score, str(bleu.get_signature())
 
 
-# [book/12_translation.ipynb, cell 48]
+# [book/12_translation.ipynb, cell 50]
 class ModelDirError(ValueError):
     """A model directory that is missing, incomplete or damaged."""
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically, or not at all when the file already
+    holds it (a resumed run rewrites nothing it depends on)."""
+    data = text.encode("utf-8")
+    if not (path.is_file() and path.read_bytes() == data):
+        atomic_write(path, data)
+
+
+def _config_text(config: TransformerConfig) -> str:
+    return json.dumps(config.to_dict(), indent=2) + "\n"
 
 
 def save_config_and_tokenizer(path, config: TransformerConfig,
                               tokenizer: BPETokenizer) -> Path:
     """Write ``config.json`` and ``tokenizer.json`` to the directory ``path`` (made if
-    needed): what a model directory holds besides the weights."""
+    needed): what a model directory holds besides the weights. Each file is written
+    atomically, and not rewritten when it already holds the same text."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(config.to_dict(), indent=2) + "\n"
-    (path / CONFIG_FILE).write_text(text, encoding="utf-8")
-    tokenizer.save(path / TOKENIZER_FILE)
+    _write_if_changed(path / CONFIG_FILE, _config_text(config))
+    _write_if_changed(path / TOKENIZER_FILE, tokenizer.to_json())
     return path
 
 
@@ -129,16 +174,25 @@ def save_model_dir(path, model: Transformer, tokenizer: BPETokenizer,
     """Write ``model`` and ``tokenizer`` to the directory ``path``: ``config.json`` (the
     model's ``config``, a :class:`~transformer_lib.model.TransformerConfig`),
     ``tokenizer.json`` and ``model.safetensors`` (the weights; tied weights are stored
-    once). Keyword arguments, if any, go to ``training.json`` as a record of the run."""
+    once; its metadata records the config and a SHA-256 of ``tokenizer.json``, which
+    :func:`load_model_dir` checks). Keyword arguments, if any, go to
+    ``training.json`` as a record of the run. Every file is written atomically: a
+    write that fails leaves the earlier file whole."""
     path = save_config_and_tokenizer(path, model.config, tokenizer)
-    save_model(model, str(path / WEIGHTS_FILE))
+    meta = {"config": _config_text(model.config),
+            "tokenizer_sha256": _sha256(tokenizer.to_json().encode("utf-8"))}
+    atomic_write(path / WEIGHTS_FILE, lambda tmp: save_model(model, tmp, meta))
     if training:
         text = json.dumps(training, indent=2) + "\n"
-        (path / TRAINING_FILE).write_text(text, encoding="utf-8")
+        _write_if_changed(path / TRAINING_FILE, text)
     return path
 
 
-# [book/12_translation.ipynb, cell 50]
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# [book/12_translation.ipynb, cell 52]
 def load_config_and_tokenizer(path) -> tuple[TransformerConfig, BPETokenizer]:
     """Read ``config.json`` and ``tokenizer.json`` of the model directory ``path`` and
     check that they agree; a missing or damaged file raises :class:`ModelDirError`
@@ -183,6 +237,7 @@ def load_model_dir(path, device: str | torch.device | None = None
     weights = path / WEIGHTS_FILE
     if not weights.is_file():
         raise ModelDirError(f"{path}: incomplete model directory (no {WEIGHTS_FILE})")
+    _check_record(path, config, weights)
     model = Transformer(config)
     try:
         load_model(model, str(weights), strict=True)
@@ -190,6 +245,62 @@ def load_model_dir(path, device: str | torch.device | None = None
         raise ModelDirError(f"{weights}: damaged or not made for {CONFIG_FILE} "
                             f"({str(exc).splitlines()[0][:200]})") from None
     return model.to(device).eval(), tokenizer
+
+
+def _differences(file: Path, config: TransformerConfig, stored: dict,
+                 where: str) -> None:
+    """Raise :class:`ModelDirError` naming ``file`` and the first fields (all but
+    dropout) in which ``config`` differs from the ``stored`` config dict."""
+    here = config.to_dict()
+    names = sorted((here.keys() | stored.keys()) - {"dropout"})
+    differ = [f"{k}={here.get(k, '(none)')!r}, but {where} has "
+              f"{stored.get(k, '(none)')!r}"
+              for k in names if here.get(k, "(none)") != stored.get(k, "(none)")]
+    if differ:
+        raise ModelDirError(f"{file}: " + "; ".join(differ[:3]))
+
+
+def _check_record(path: Path, config: TransformerConfig, weights: Path) -> None:
+    """Compare config.json and tokenizer.json with what ``save_model_dir`` recorded in
+    the metadata of ``weights`` (a file without that record is checked by shapes
+    only)."""
+    try:
+        with safe_open(str(weights), framework="pt") as f:
+            meta = f.metadata() or {}
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise ModelDirError(f"{weights}: damaged ({str(exc).splitlines()[0][:200]})"
+                            ) from None
+    if "config" in meta:
+        try:
+            stored = json.loads(meta["config"])
+        except json.JSONDecodeError:
+            raise ModelDirError(f"{weights}: damaged metadata") from None
+        _differences(path / CONFIG_FILE, config, stored, f"the {WEIGHTS_FILE}")
+    digest = meta.get("tokenizer_sha256")
+    if digest and _sha256((path / TOKENIZER_FILE).read_bytes()) != digest:
+        raise ModelDirError(f"{path / TOKENIZER_FILE}: not the tokenizer the weights "
+                            f"in {WEIGHTS_FILE} were trained with (its SHA-256 "
+                            "differs)")
+
+
+# [book/12_translation.ipynb, cell 54]
+def load_resume_setup(path) -> tuple[TransformerConfig, BPETokenizer]:
+    """The config and tokenizer to resume the run of the model directory ``path``:
+    ``config.json`` and ``tokenizer.json`` checked against ``checkpoint.pt`` (the
+    config field by field, the tokenizer's size) and, when present, against the
+    record in ``model.safetensors``. A difference raises :class:`ModelDirError`, a
+    damaged checkpoint a ``CheckpointError``, each naming the file."""
+    path = Path(path)
+    checkpoint = path / CHECKPOINT_FILE
+    if not checkpoint.is_file():
+        raise ModelDirError(f"{path}: nothing to resume (no {CHECKPOINT_FILE})")
+    config, tokenizer = load_config_and_tokenizer(path)
+    stored = load_checkpoint(checkpoint).get("config")
+    if isinstance(stored, dict):
+        _differences(path / CONFIG_FILE, config, stored, f"the {CHECKPOINT_FILE}")
+    if (path / WEIGHTS_FILE).is_file():
+        _check_record(path, config, path / WEIGHTS_FILE)
+    return config, tokenizer
 
 
 __all__ = [
@@ -200,10 +311,12 @@ __all__ = [
     'TRAINING_FILE',
     'PRECISIONS',
     'translate_lines',
+    'LineTooLongWarning',
     'corpus_bleu',
     'ModelDirError',
     'save_config_and_tokenizer',
     'save_model_dir',
     'load_config_and_tokenizer',
     'load_model_dir',
+    'load_resume_setup',
 ]
