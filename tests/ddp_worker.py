@@ -1,10 +1,17 @@
-"""One process of the 2-process DDP test (tests/test_training.py::test_torchrun_two_processes).
+"""One process of the 2-process DDP tests (tests/test_training.py::test_torchrun_two_processes and
+::test_torchrun_resume_with_dropout_is_exact).
 
-Run by ``torchrun --standalone --nproc_per_node=2 tests/ddp_worker.py OUT_DIR``: every process joins the
-gloo group, trains the same tiny model on its own share of a copy task for a few steps with
-``transformer_lib.train`` (which wraps the model in DistributedDataParallel), and rank 0 writes
+Run by ``torchrun --standalone --nproc_per_node=2 tests/ddp_worker.py OUT_DIR [resume]``: every process
+joins the gloo group, trains the same tiny model (dropout 0.1) on its own share of a copy task for a few
+steps with ``transformer_lib.train`` (which wraps the model in DistributedDataParallel), and rank 0 writes
 ``OUT_DIR/result.json``: the largest parameter difference between the replicas, the loss before and
 after, and how many batches each rank saw.
+
+With ``resume``: an uninterrupted run of 12 steps, against 7 steps, a checkpoint, fresh objects with
+other seeds (as in new processes) and the rest from the checkpoint; then a control that resumes from a
+copy of that checkpoint in which every rank gets rank 0's random states (what a checkpoint holding only
+rank 0's states would give). Rank 0 writes ``OUT_DIR/resume.json``: whether each rank's resumed weights
+equal the uninterrupted run's bit for bit, and whether the control's do.
 """
 from __future__ import annotations
 
@@ -15,10 +22,15 @@ from pathlib import Path
 import torch
 
 from transformer_lib.batching import PadCollate, PairDataset, TokenBucketSampler, copy_task
+from transformer_lib.checkpoint import load_checkpoint
+from transformer_lib.distributed import cleanup_distributed, setup_distributed
 from transformer_lib.evaluation import evaluate
 from transformer_lib.loss import LabelSmoothingLoss
 from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.training import cleanup_distributed, noam_lambda, setup_distributed, train
+from transformer_lib.schedule import noam_lambda
+from transformer_lib.training import train
+
+STEPS, STOP = 12, 7
 
 
 def main(out_dir: str) -> None:
@@ -61,5 +73,70 @@ def main(out_dir: str) -> None:
     cleanup_distributed()
 
 
+def _run_objects(device: torch.device, rank: int, seed: int):
+    """A fresh model (the same initial weights on every rank), loader, optimizer and scheduler; the global
+    random state then seeded with ``seed + rank`` (different dropout in each process)."""
+    torch.manual_seed(1234)
+    V = 12
+    data = PairDataset(copy_task(192, vocab_size=V, min_len=2, max_len=6, seed=0))
+    loader = torch.utils.data.DataLoader(
+        data, batch_sampler=TokenBucketSampler(data.lengths, 160, seed=0), collate_fn=PadCollate())
+    config = TransformerConfig(V, V, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=32,
+                               dropout=0.1, max_len=16)
+    model = Transformer(config).to(device)
+    torch.manual_seed(seed + rank)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, noam_lambda(16, 4, factor=0.5))
+    return model, loader, optimizer, scheduler
+
+
+def _flat(model: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
+
+
+def resume(out_dir: str) -> None:
+    rank, world, device = setup_distributed("gloo")
+    torch.set_num_threads(1)
+    out = Path(out_dir)
+    model, loader, optimizer, scheduler = _run_objects(device, rank, 100)
+    train(model, loader, optimizer, scheduler, steps=STEPS, progress=False)
+    uninterrupted = _flat(model)
+
+    ckpt = out / "stop.pt"
+    model, loader, optimizer, scheduler = _run_objects(device, rank, 100)
+    train(model, loader, optimizer, scheduler, steps=STOP, progress=False, checkpoint_path=str(ckpt))
+    model, loader, optimizer, scheduler = _run_objects(device, rank, 555)   # new processes: other seeds
+    train(model, loader, optimizer, scheduler, steps=STEPS, progress=False, resume_from=str(ckpt))
+    resumed = _flat(model)
+
+    control = out / "rank0_states_only.pt"
+    if rank == 0:                   # every rank's entry replaced by rank 0's: the old checkpoint's content
+        state = load_checkpoint(ckpt)
+        state["extra"]["ranks"] = [state["extra"]["ranks"][0]] * world
+        torch.save(state, control)
+    torch.distributed.barrier()
+    model, loader, optimizer, scheduler = _run_objects(device, rank, 555)
+    train(model, loader, optimizer, scheduler, steps=STEPS, progress=False, resume_from=str(control))
+    with_rank0_states = _flat(model)
+
+    flags = torch.tensor([int(torch.equal(resumed, uninterrupted)),
+                          int(torch.equal(with_rank0_states, uninterrupted))])
+    gathered = [torch.empty_like(flags) for _ in range(world)]
+    torch.distributed.all_gather(gathered, flags)
+    if rank == 0:
+        state = load_checkpoint(ckpt)
+        ranks = state["extra"]["ranks"]
+        result = {"world_size": world, "batches_per_epoch": len(loader), "stop": STOP, "steps": STEPS,
+                  "resumed_equal": [bool(g[0]) for g in gathered],
+                  "rank0_states_equal": [bool(g[1]) for g in gathered],
+                  "rank_states_stored": len(ranks),
+                  "rank_states_differ": not torch.equal(ranks[0]["rng"]["torch"], ranks[1]["rng"]["torch"])}
+        (out / "resume.json").write_text(json.dumps(result))
+    cleanup_distributed()
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if len(sys.argv) > 2 and sys.argv[2] == "resume":
+        resume(sys.argv[1])
+    else:
+        main(sys.argv[1])

@@ -28,7 +28,8 @@ from transformer_lib.checkpoint import (
     unwrap_model,
 )
 from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.training import noam_lambda, train
+from transformer_lib.schedule import noam_lambda
+from transformer_lib.training import train
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,6 +75,39 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path, shuffle_loader, where):
     assert hist_b.step[0] == cut + 1 and hist_b.last_step == total
     assert hist_b.loss == hist_a.loss[cut:]
     assert sched.last_epoch == total
+
+
+def test_a_checkpoint_holds_the_random_states_of_its_one_process_and_refuses_another_number(tmp_path):
+    model, loader, opt, sched = _setup()
+    ckpt = tmp_path / "run.pt"
+    train(model, loader, opt, sched, steps=3, progress=False, checkpoint_path=str(ckpt))
+    state = load_checkpoint(ckpt)
+    ranks = state["extra"]["ranks"]
+    assert len(ranks) == 1                                      # one entry per process
+    assert torch.equal(ranks[0]["rng"]["torch"], state["rng"]["torch"])
+    position = RunPosition.from_checkpoint(state)
+    assert position.step == 3 and torch.equal(position.resume_rng["torch"], state["rng"]["torch"])
+    with pytest.raises(CheckpointError, match=r"random states of 1 process\(es\), this run has 2"):
+        RunPosition.from_checkpoint(state, rank=1, world_size=2)
+
+
+def test_a_checkpoint_without_per_process_states_still_resumes_exactly(tmp_path):
+    """A checkpoint of an earlier version (no ``extra["ranks"]``) resumes from its one random state."""
+    model, loader, opt, sched = _setup()
+    n_batches = len(loader)
+    total, cut = n_batches + 3, n_batches + 1
+    train(model, loader, opt, sched, steps=total, progress=False)
+    expected = [p.detach().clone() for p in model.parameters()]
+    ckpt = tmp_path / "run.pt"
+    model, loader, opt, sched = _setup()
+    train(model, loader, opt, sched, steps=cut, progress=False, checkpoint_path=str(ckpt))
+    state = torch.load(ckpt, weights_only=True)
+    del state["extra"]["ranks"]
+    torch.save(state, ckpt)
+    model, loader, opt, sched = _setup(seed=5)
+    train(model, loader, opt, sched, steps=total, progress=False, resume_from=str(ckpt))
+    for p, q in zip(model.parameters(), expected):
+        assert torch.equal(p, q)
 
 
 def test_resume_from_a_missing_file_starts_afresh(tmp_path):

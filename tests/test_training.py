@@ -4,9 +4,11 @@ against an oracle, the loop (history, validation, early stop, mixed precision, s
 TrainConfig, one read-back per logging interval), bad input, and a 2-process torchrun (gloo) run."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,10 +22,15 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from transformer_lib.batching import PadCollate, PairDataset, TokenBucketSampler, copy_task
+from transformer_lib.checkpoint import CheckpointError
+from transformer_lib.distributed import gather_objects, is_distributed, rank, world_size
 from transformer_lib.evaluation import amp_dtype, evaluate, exact_match
+from transformer_lib.interrupts import Interrupts
 from transformer_lib.loss import LabelSmoothingLoss
 from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.training import TrainConfig, noam_lambda, train
+from transformer_lib.schedule import noam_lambda
+from transformer_lib.train_config import TrainConfig
+from transformer_lib.training import train
 
 SETTINGS = settings(max_examples=40, deadline=None)
 ROOT = Path(__file__).resolve().parent.parent
@@ -431,3 +438,53 @@ def test_torchrun_two_processes(tmp_path):
     assert result["loss_after"] < result["loss_before"]
     assert len(set(result["batches_per_rank"])) == 1
     assert (tmp_path / "ckpt.pt").exists()
+
+
+def test_torchrun_resume_with_dropout_is_exact(tmp_path):
+    """Two gloo processes, dropout 0.1: stopped at step 7 (mid-epoch), resumed by fresh objects with other
+    seeds, the run reaches the uninterrupted run's weights bit for bit on both ranks, because the checkpoint
+    holds each rank's random states. The control (every rank given rank 0's states, as a checkpoint of rank
+    0's states alone would) does not: the comparison can fail."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           str(ROOT / "tests" / "ddp_worker.py"), str(tmp_path), "resume"]
+    run = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    result = json.loads((tmp_path / "resume.json").read_text())
+    assert result["world_size"] == 2 and result["rank_states_stored"] == 2
+    assert result["stop"] % result["batches_per_epoch"] != 0                    # stopped mid-epoch
+    assert result["rank_states_differ"]                       # the ranks' generators really differ
+    assert result["resumed_equal"] == [True, True]
+    assert result["rank0_states_equal"] == [False, False]
+
+    # the 2-process checkpoint is refused by one process, with a clear error
+    spec = importlib.util.spec_from_file_location("ddp_worker", ROOT / "tests" / "ddp_worker.py")
+    worker = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(worker)
+    model, loader, optimizer, scheduler = worker._run_objects(torch.device("cpu"), 0, 100)
+    with pytest.raises(CheckpointError, match=r"random states of 2 process\(es\), this run has 1"):
+        train(model, loader, optimizer, scheduler, steps=12, progress=False,
+              resume_from=str(tmp_path / "stop.pt"))
+
+
+# ---------------------------------------------------------------- the small modules of the loop
+
+def test_without_a_process_group_a_process_is_rank_0_of_1():
+    assert not is_distributed()
+    assert rank() == 0 and world_size() == 1
+    obj = {"a": [1, 2]}
+    assert gather_objects(obj) == [obj] and gather_objects(obj)[0] is obj
+
+
+def test_interrupts_note_a_signal_and_deliver_it_after_the_block():
+    before = signal.getsignal(signal.SIGINT)
+    with Interrupts(True) as interrupts:
+        assert interrupts.signum is None
+        os.kill(os.getpid(), signal.SIGINT)                 # noted, not raised
+        assert interrupts.signum == signal.SIGINT
+    assert signal.getsignal(signal.SIGINT) is before        # the previous handler is back
+    with pytest.raises(KeyboardInterrupt):
+        interrupts.deliver()                                # ... and receives the signal
+    with Interrupts(False) as off:                          # disabled: nothing is installed
+        assert signal.getsignal(signal.SIGINT) is before
+    off.deliver()                                           # nothing noted, nothing delivered

@@ -20,6 +20,10 @@ from transformer_lib.batching import *  # noqa: F403  chapter 10
 from transformer_lib.loss import *  # noqa: F403  chapter 10
 from transformer_lib.evaluation import *  # noqa: F403  chapter 10
 from transformer_lib.checkpoint import *  # noqa: F403  chapter 10
+from transformer_lib.schedule import *  # noqa: F403  chapter 10
+from transformer_lib.distributed import *  # noqa: F403  chapter 10
+from transformer_lib.interrupts import *  # noqa: F403  chapter 10
+from transformer_lib.train_config import *  # noqa: F403  chapter 10
 from transformer_lib.training import *  # noqa: F403  chapter 10
 from transformer_lib.decoding import *  # noqa: F403  chapter 11
 from transformer_lib.beam import *  # noqa: F403  chapter 11

@@ -1,7 +1,7 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: afd8df98a73a1a3b
+# digest: 9b07eb4922e122d8
 # fmt: off
 
 # [book/10_training.ipynb, cell 10]
@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 
-# [book/10_training.ipynb, cell 54]
+# [book/10_training.ipynb, cell 58]
 def unwrap_model(model: nn.Module) -> nn.Module:
     """The model inside a ``DistributedDataParallel`` (or ``DataParallel``) wrapper,
     else ``model`` itself: what a checkpoint stores, so that it loads with or without
@@ -58,7 +58,7 @@ def restore_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all([s.cpu() for s in cuda])
 
 
-# [book/10_training.ipynb, cell 56]
+# [book/10_training.ipynb, cell 60]
 class CheckpointError(ValueError):
     """A file that is not a usable checkpoint: empty, truncated, not written by
     :func:`save_checkpoint`, refused by the safe loader, or for another model. The
@@ -112,7 +112,7 @@ def _remove_stale_temporaries(path: str) -> None:
             pass
 
 
-# [book/10_training.ipynb, cell 58]
+# [book/10_training.ipynb, cell 62]
 def save_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: Any = None,
                     scheduler: Any = None, scaler: Any = None, step: int = 0,
                     **extra: Any) -> None:
@@ -159,7 +159,7 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: Any = 
 CHECKPOINT_FORMAT = "transformer_lib checkpoint 1"
 
 
-# [book/10_training.ipynb, cell 60]
+# [book/10_training.ipynb, cell 64]
 def _read_checkpoint(path: str, map_location: Any) -> dict[str, Any]:
     """``torch.load(weights_only=True)`` of ``path``, with one clear error per way a
     file can fail to be a checkpoint of this library."""
@@ -228,7 +228,7 @@ def _check_fits(path: str, net: nn.Module, state: dict[str, Any]) -> None:
                                  if len(problems) > 4 else ""))
 
 
-# [book/10_training.ipynb, cell 62]
+# [book/10_training.ipynb, cell 66]
 def load_checkpoint(path: str | os.PathLike, model: nn.Module | None = None,
                     optimizer: Any = None, scheduler: Any = None, scaler: Any = None,
                     map_location: Any = "cpu",
@@ -269,7 +269,7 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module | None = None,
     return state
 
 
-# [book/10_training.ipynb, cell 64]
+# [book/10_training.ipynb, cell 68]
 @dataclass
 class RunPosition:
     """Where a training run stands: ``step`` (updates made), ``epoch``, ``in_epoch``
@@ -284,15 +284,28 @@ class RunPosition:
     resume_rng: dict[str, Any] | None = None
 
     @classmethod
-    def from_checkpoint(cls, state: dict[str, Any]) -> RunPosition:
+    def from_checkpoint(cls, state: dict[str, Any], rank: int = 0,
+                        world_size: int = 1) -> RunPosition:
         """The position in a checkpoint that ``train`` wrote (see
-        :func:`load_checkpoint`)."""
+        :func:`load_checkpoint`), for process ``rank`` of ``world_size``: with that
+        process's own random states when the checkpoint holds one entry per process
+        (``extra["ranks"]``), else with those of the process that wrote it. A
+        checkpoint of N processes raises :class:`CheckpointError` for another
+        ``world_size``."""
         extra = state["extra"]
         if not {"epoch", "in_epoch", "epoch_rng"} <= extra.keys():
             raise CheckpointError("the checkpoint holds no position in an epoch: it "
                                   "was not written by train()")
-        return cls(state["step"], extra["epoch"], extra["in_epoch"], extra["epoch_rng"],
-                   resume_rng=state["rng"])
+        rng, epoch_rng, ranks = state["rng"], extra["epoch_rng"], extra.get("ranks")
+        if ranks is not None:
+            if not isinstance(ranks, list) or len(ranks) != world_size:
+                n = len(ranks) if isinstance(ranks, list) else "?"
+                raise CheckpointError(
+                    f"the checkpoint holds the random states of {n} process(es), "
+                    f"this run has {world_size}: it resumes exactly only with {n}")
+            rng, epoch_rng = ranks[rank]["rng"], ranks[rank]["epoch_rng"]
+        return cls(state["step"], extra["epoch"], extra["in_epoch"], epoch_rng,
+                   resume_rng=rng)
 
 
 def epoch_batches(loader: Iterable, position: RunPosition) -> Iterator:

@@ -1,7 +1,7 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 8e3a4d8d43736aca
+# digest: d906ee4191e79593
 # fmt: off
 
 # [book/10_training.ipynb, cell 8]
@@ -16,7 +16,7 @@ from torch import nn
 from transformer_lib.checks import check_float, check_int, check_token_ids
 
 
-# [book/10_training.ipynb, cell 18]
+# [book/10_training.ipynb, cell 22]
 class LabelSmoothingLoss(nn.Module):
     """Cross-entropy against a smoothed target: the true token gets ``1 - smoothing``,
     every other token except ``pad_id`` gets ``smoothing / (V - 2)``, the pad token gets
@@ -54,7 +54,7 @@ class LabelSmoothingLoss(nn.Module):
         s, k = self.smoothing, self._others(vocab_size)
         return -(1 - s) * math.log(1 - s) - (s * math.log(s / k) if s > 0 else 0.0)
 
-    # [book/10_training.ipynb, cell 20]
+    # [book/10_training.ipynb, cell 24]
     def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         if (not isinstance(logits, torch.Tensor) or not logits.dtype.is_floating_point
                 or logits.dim() < 2):

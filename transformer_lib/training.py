@@ -1,27 +1,24 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 1cba38f9350b514b
+# digest: 10851e17c6ad0ccd
 # fmt: off
 
-# [book/10_training.ipynb, cell 11]
+# [book/10_training.ipynb, cell 15]
 from __future__ import annotations
 
 import math
 import os
-import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 from tqdm import tqdm
 
-from transformer_lib.checks import check_float, check_int, default_device
 from transformer_lib.batching import Batch
 from transformer_lib.checkpoint import RunPosition, epoch_batches, unwrap_model
 from transformer_lib.checkpoint import capture_rng_state, restore_rng_state
@@ -29,124 +26,13 @@ from transformer_lib.checkpoint import load_checkpoint, save_checkpoint
 from transformer_lib.checkpoint import CheckpointError, NonFiniteError
 from transformer_lib.evaluation import amp_dtype, evaluate
 from transformer_lib.loss import LabelSmoothingLoss
+from transformer_lib.distributed import gather_objects, is_distributed
+from transformer_lib.distributed import rank, world_size
+from transformer_lib.interrupts import Interrupts
+from transformer_lib.train_config import TrainConfig, TrainHistory
 
 
-# [book/10_training.ipynb, cell 29]
-def noam_lambda(d_model: int, warmup_steps: int,
-                factor: float = 1.0) -> Callable[[int], float]:
-    """The paper's learning rate as a function of LambdaLR's step counter, for
-    ``torch.optim.lr_scheduler.LambdaLR(optimizer, noam_lambda(d_model, warmup))`` with
-    the optimizer's ``lr=1.0`` (LambdaLR multiplies the optimizer's lr by this value).
-
-    LambdaLR's counter ``step`` is the number of updates already made, so the update it
-    sets the rate for is the paper's ``n = step + 1`` (the paper counts from 1)::
-
-        rate(step) = factor * d_model**-0.5 * min(n**-0.5, n * warmup_steps**-1.5)
-
-    It is defined at step 0 (LambdaLR evaluates it there when it is built), rises
-    linearly to its peak ``factor * (d_model * warmup_steps)**-0.5`` at ``step =
-    warmup_steps - 1`` and then decays as n**-0.5. Call ``optimizer.step()`` before
-    ``scheduler.step()``.
-    """
-    d_model = check_int(d_model, "d_model")
-    warmup_steps = check_int(warmup_steps, "warmup_steps")
-    factor = check_float(factor, "factor", 0.0, low_open=True)
-
-    def rate(step: int) -> float:
-        if step < 0:
-            raise ValueError(f"step must be >= 0, got {step}")
-        n = step + 1
-        return factor * d_model ** -0.5 * min(n ** -0.5, n * warmup_steps ** -1.5)
-
-    return rate
-
-
-# [book/10_training.ipynb, cell 68]
-def setup_distributed(backend: str | None = None) -> tuple[int, int, torch.device]:
-    """Join the process group that ``torchrun`` describes in the environment (RANK,
-    WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) and return (rank, world_size,
-    device). The backend is nccl when CUDA is present (each process takes GPU
-    LOCAL_RANK), gloo on the CPU. Without torchrun's variables it returns (0, 1, default
-    device) and starts nothing."""
-    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        return 0, 1, default_device()
-    dist = torch.distributed
-    cuda = torch.cuda.is_available()
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
-    if not dist.is_initialized():
-        dist.init_process_group(backend or ("nccl" if cuda else "gloo"))
-    return dist.get_rank(), dist.get_world_size(), device
-
-
-def cleanup_distributed() -> None:
-    """Leave the process group, if one was started."""
-    if _dist_on():
-        torch.distributed.destroy_process_group()
-
-
-def _dist_on() -> bool:
-    return torch.distributed.is_available() and torch.distributed.is_initialized()
-
-
-def _rank() -> int:
-    return torch.distributed.get_rank() if _dist_on() else 0
-
-
-# [book/10_training.ipynb, cell 72]
-@dataclass
-class TrainHistory:
-    """What :func:`train` measured. ``loss`` and ``lr`` are logged every ``log_every``
-    steps at ``step`` (the training loss averaged over those steps, the learning rate of
-    the last one); ``val`` holds one dict per validation (``step``, ``val_loss`` and
-    what ``val_fn`` returned). ``interrupted`` is True when Ctrl-C or SIGTERM stopped
-    the run and its handler let ``train`` return."""
-
-    step: list[int] = field(default_factory=list)
-    loss: list[float] = field(default_factory=list)
-    lr: list[float] = field(default_factory=list)
-    val: list[dict[str, Any]] = field(default_factory=list)
-    seconds: float = 0.0
-    last_step: int = 0
-    interrupted: bool = False
-
-
-@dataclass
-class TrainConfig:
-    """The settings of a run of :func:`train` (see there), checked when built:
-    ``train(..., config=TrainConfig(steps=100, val_every=10))`` is
-    ``train(..., steps=100, val_every=10)``."""
-
-    steps: int
-    val_loader: Iterable | None = None
-    val_every: int = 0
-    val_fn: Callable[[nn.Module], dict] | None = None
-    stop_fn: Callable[[dict], bool] | None = None
-    clip_norm: float | None = 1.0
-    amp: str | None = None
-    log_every: int = 10
-    checkpoint_path: str | os.PathLike | None = None
-    checkpoint_every: int = 0
-    resume_from: str | os.PathLike | None = None
-    progress: bool = True
-
-    def __post_init__(self) -> None:
-        self.steps = check_int(self.steps, "steps", minimum=0)
-        self.val_every = check_int(self.val_every, "val_every", minimum=0)
-        self.log_every = check_int(self.log_every, "log_every")
-        self.checkpoint_every = check_int(self.checkpoint_every, "checkpoint_every", 0)
-        if self.clip_norm is not None:
-            self.clip_norm = check_float(self.clip_norm, "clip_norm", 0, low_open=True)
-        amp_dtype(self.amp)                          # a ValueError names a bad amp
-
-    def due(self, every: int, step: int) -> bool:
-        """Whether a task done every ``every`` steps falls after update ``step``."""
-        return every > 0 and step % every == 0 and step < self.steps
-
-
-# [book/10_training.ipynb, cell 74]
+# [book/10_training.ipynb, cell 78]
 @dataclass
 class _Run:
     """The objects of one run of :func:`train`, handed to its pieces."""
@@ -173,13 +59,13 @@ class _Run:
             loss_fn = LabelSmoothingLoss(0.1, pad_id=pad)
         fp16 = amp_dtype(config.amp) is torch.float16
         scaler = torch.amp.GradScaler(device.type) if fp16 else None
-        if _dist_on() and model is net:
+        if is_distributed() and model is net:
             ids = [device.index] if device.type == "cuda" else None
             model = nn.parallel.DistributedDataParallel(model, device_ids=ids)
         return cls(model, net, optimizer, scheduler, scaler, loss_fn, config, device)
 
 
-# [book/10_training.ipynb, cell 76]
+# [book/10_training.ipynb, cell 80]
 def _update(run: _Run, batch: Batch) -> tuple[torch.Tensor, float]:
     """One update on ``batch`` -> (its loss, on the device; the learning rate)."""
     src, tgt_in, tgt_out = Batch(*batch).to(run.device, non_blocking=True)
@@ -206,7 +92,7 @@ def _update(run: _Run, batch: Batch) -> tuple[torch.Tensor, float]:
     return loss.detach(), lr
 
 
-# [book/10_training.ipynb, cell 78]
+# [book/10_training.ipynb, cell 82]
 class _LossLog:
     """The training loss summed on the device over a logging interval; :meth:`write`
     reads it back (the interval's one host-device synchronisation) and records it."""
@@ -239,7 +125,7 @@ class _LossLog:
             bar.set_postfix(loss=f"{mean:.4f}", lr=f"{lr:.3g}", refresh=False)
 
 
-# [book/10_training.ipynb, cell 80]
+# [book/10_training.ipynb, cell 84]
 def _validate(run: _Run, step: int, history: TrainHistory, bar: Any) -> bool:
     """Validate after update ``step`` into ``history``; True if ``stop_fn`` says
     stop."""
@@ -264,17 +150,24 @@ def _validate(run: _Run, step: int, history: TrainHistory, bar: Any) -> bool:
 
 def _save(run: _Run, pos: RunPosition, losses: _LossLog, barrier: bool = True) -> None:
     """Checkpoint the run at ``pos`` to ``checkpoint_path``, if there is one, after
-    checking the losses not yet logged (save_checkpoint checks the weights)."""
+    checking the losses not yet logged (save_checkpoint checks the weights). It holds
+    the random states of every rank, except after an interrupt under DDP (no
+    ``barrier``: the ranks may not all be here), where it holds rank 0's only."""
     path = run.config.checkpoint_path
     if not path:
         return
     losses.check(pos.step)
-    if _rank() == 0:
+    ranks = None
+    if barrier or not is_distributed():              # a collective: all ranks are here
+        here = {"rng": capture_rng_state(), "epoch_rng": pos.epoch_rng}
+        ranks = gather_objects(here)
+    if rank() == 0:
         save_checkpoint(path, run.net, run.optimizer, run.scheduler, run.scaler,
                         pos.step, epoch=pos.epoch, in_epoch=pos.in_epoch,
-                        epoch_rng=pos.epoch_rng, batches_per_epoch=run.epoch_length)
+                        epoch_rng=pos.epoch_rng, batches_per_epoch=run.epoch_length,
+                        ranks=ranks)
         run.saved_step = pos.step
-    if barrier and _dist_on():
+    if barrier and is_distributed():
         torch.distributed.barrier()
 
 
@@ -286,7 +179,7 @@ def _resume(run: _Run) -> RunPosition:
         return RunPosition()
     state = load_checkpoint(path, map_location=run.device)     # read and checked
     try:
-        position = RunPosition.from_checkpoint(state)
+        position = RunPosition.from_checkpoint(state, rank(), world_size())
     except CheckpointError as exc:
         raise CheckpointError(f"{os.fspath(path)}: {exc}") from None
     saved, here = state["extra"].get("batches_per_epoch"), run.epoch_length
@@ -300,61 +193,9 @@ def _resume(run: _Run) -> RunPosition:
     return position
 
 
-# [book/10_training.ipynb, cell 82]
-class _Interrupts:
-    """Ctrl-C and SIGTERM noted (in the main thread, the one that receives signals)
-    while ``enabled``; :meth:`deliver` hands a noted signal to the previous handler."""
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-        self.signum: int | None = None
-        self.previous: dict[int, Any] = {}
-        self.installed = False
-
-    def __enter__(self) -> _Interrupts:
-        if self.enabled and threading.current_thread() is threading.main_thread():
-            for name in ("SIGINT", "SIGTERM"):
-                sig: int | None = getattr(signal, name, None)
-                if sig is None:
-                    continue
-                handler = signal.getsignal(sig)
-                if handler is not None and handler is not signal.SIG_IGN:
-                    self.previous[sig] = handler
-                    signal.signal(sig, self._note)
-            self.installed = True
-        return self
-
-    def _note(self, signum: int, frame: Any) -> None:
-        if self.signum is None:
-            self.signum = signum                     # acted on after this update
-        else:
-            self.restore()                           # a second one: at once
-            self._hand_over(signum)
-
-    def restore(self) -> None:
-        if self.installed:
-            for sig, handler in self.previous.items():
-                signal.signal(sig, handler)
-            self.installed = False
-
-    def __exit__(self, *exc: Any) -> None:
-        self.restore()
-
-    def deliver(self) -> None:
-        if self.signum is not None:
-            self._hand_over(self.signum)
-
-    def _hand_over(self, signum: int) -> None:
-        handler = self.previous.get(signum)
-        if callable(handler):
-            handler(signum, None)       # e.g. Python's own: raises KeyboardInterrupt
-        else:
-            signal.raise_signal(signum)              # the default action
-
-
-# [book/10_training.ipynb, cell 84]
+# [book/10_training.ipynb, cell 88]
 def _loop(run: _Run, loader: Iterable, pos: RunPosition, history: TrainHistory,
-          losses: _LossLog, bar: Any, interrupts: _Interrupts) -> bool:
+          losses: _LossLog, bar: Any, interrupts: Interrupts) -> bool:
     """Updates from ``pos`` (moved along in place) to ``steps``; True if stopped by
     ``stop_fn``."""
     cfg = run.config
@@ -395,7 +236,7 @@ def _kept(run: _Run) -> str:
             "rate or a longer warm-up may avoid the blow-up)")
 
 
-# [book/10_training.ipynb, cell 86]
+# [book/10_training.ipynb, cell 90]
 def train(model: nn.Module, train_loader: Iterable, optimizer: torch.optim.Optimizer,
           scheduler: Any = None, loss_fn: Callable | None = None, *,
           steps: int | None = None, val_loader: Iterable | None = None,
@@ -428,7 +269,9 @@ def train(model: nn.Module, train_loader: Iterable, optimizer: torch.optim.Optim
     :class:`NonFiniteError` (a FloatingPointError); the checkpoint file keeps the last
     finite state. Under ``torchrun`` (after :func:`setup_distributed`) the model is
     wrapped in ``DistributedDataParallel``; the loader's sampler must split the data by
-    rank (:class:`TokenBucketSampler` does). ``progress`` shows a tqdm bar on rank 0.
+    rank (:class:`TokenBucketSampler` does); the checkpoints hold every rank's random
+    states (those written on an interrupt: rank 0's only), and a resume with another
+    number of processes is refused. ``progress`` shows a tqdm bar on rank 0.
     """
     cfg = _settings(config, steps, val_loader=val_loader, val_every=val_every,
                     val_fn=val_fn, stop_fn=stop_fn, clip_norm=clip_norm, amp=amp,
@@ -442,11 +285,11 @@ def train(model: nn.Module, train_loader: Iterable, optimizer: torch.optim.Optim
         pos.epoch_rng = capture_rng_state()          # (what the epoch would record)
         _save(run, pos, losses)
     bar = None
-    if cfg.progress and _rank() == 0:                # a progress bar on rank 0
+    if cfg.progress and rank() == 0:                # a progress bar on rank 0
         bar = tqdm(total=cfg.steps, initial=pos.step, ncols=100, mininterval=1.0,
                    file=sys.stderr)
     t0 = time.perf_counter()
-    with _Interrupts(bool(cfg.checkpoint_path)) as interrupts:
+    with Interrupts(bool(cfg.checkpoint_path)) as interrupts:
         try:
             stopped = _loop(run, train_loader, pos, history, losses, bar, interrupts)
             if not stopped and interrupts.signum is None:
@@ -467,7 +310,7 @@ def train(model: nn.Module, train_loader: Iterable, optimizer: torch.optim.Optim
     return history
 
 
-# [book/10_training.ipynb, cell 88]
+# [book/10_training.ipynb, cell 92]
 def _settings(config: TrainConfig | None, steps: int | None,
               **keywords: Any) -> TrainConfig:
     if config is None:
@@ -490,11 +333,4 @@ def _length(loader: Iterable) -> int | None:
         return None
 
 
-__all__ = [
-    'noam_lambda',
-    'setup_distributed',
-    'cleanup_distributed',
-    'TrainHistory',
-    'TrainConfig',
-    'train',
-]
+__all__ = ['train']

@@ -1,0 +1,45 @@
+"""Generated from book/10_training.ipynb: edit the notebook, not this file.
+
+Regenerate with ``python tools/export.py``."""
+# digest: 32ad28d95f9492db
+# fmt: off
+
+# [book/10_training.ipynb, cell 11]
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from transformer_lib.checks import check_float, check_int
+
+
+# [book/10_training.ipynb, cell 33]
+def noam_lambda(d_model: int, warmup_steps: int,
+                factor: float = 1.0) -> Callable[[int], float]:
+    """The paper's learning rate as a function of LambdaLR's step counter, for
+    ``torch.optim.lr_scheduler.LambdaLR(optimizer, noam_lambda(d_model, warmup))`` with
+    the optimizer's ``lr=1.0`` (LambdaLR multiplies the optimizer's lr by this value).
+
+    LambdaLR's counter ``step`` is the number of updates already made, so the update it
+    sets the rate for is the paper's ``n = step + 1`` (the paper counts from 1)::
+
+        rate(step) = factor * d_model**-0.5 * min(n**-0.5, n * warmup_steps**-1.5)
+
+    It is defined at step 0 (LambdaLR evaluates it there when it is built), rises
+    linearly to its peak ``factor * (d_model * warmup_steps)**-0.5`` at ``step =
+    warmup_steps - 1`` and then decays as n**-0.5. Call ``optimizer.step()`` before
+    ``scheduler.step()``.
+    """
+    d_model = check_int(d_model, "d_model")
+    warmup_steps = check_int(warmup_steps, "warmup_steps")
+    factor = check_float(factor, "factor", 0.0, low_open=True)
+
+    def rate(step: int) -> float:
+        if step < 0:
+            raise ValueError(f"step must be >= 0, got {step}")
+        n = step + 1
+        return factor * d_model ** -0.5 * min(n ** -0.5, n * warmup_steps ** -1.5)
+
+    return rate
+
+
+__all__ = ['noam_lambda']

@@ -1,0 +1,72 @@
+"""Generated from book/10_training.ipynb: edit the notebook, not this file.
+
+Regenerate with ``python tools/export.py``."""
+# digest: 71db9d36ebdaf1fe
+# fmt: off
+
+# [book/10_training.ipynb, cell 14]
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+from transformer_lib.checks import check_float, check_int
+from transformer_lib.evaluation import amp_dtype
+
+
+# [book/10_training.ipynb, cell 76]
+@dataclass
+class TrainHistory:
+    """What :func:`train` measured. ``loss`` and ``lr`` are logged every ``log_every``
+    steps at ``step`` (the training loss averaged over those steps, the learning rate of
+    the last one); ``val`` holds one dict per validation (``step``, ``val_loss`` and
+    what ``val_fn`` returned). ``interrupted`` is True when Ctrl-C or SIGTERM stopped
+    the run and its handler let ``train`` return."""
+
+    step: list[int] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)
+    lr: list[float] = field(default_factory=list)
+    val: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+    last_step: int = 0
+    interrupted: bool = False
+
+
+@dataclass
+class TrainConfig:
+    """The settings of a run of :func:`train` (see there), checked when built:
+    ``train(..., config=TrainConfig(steps=100, val_every=10))`` is
+    ``train(..., steps=100, val_every=10)``."""
+
+    steps: int
+    val_loader: Iterable | None = None
+    val_every: int = 0
+    val_fn: Callable[[nn.Module], dict] | None = None
+    stop_fn: Callable[[dict], bool] | None = None
+    clip_norm: float | None = 1.0
+    amp: str | None = None
+    log_every: int = 10
+    checkpoint_path: str | os.PathLike | None = None
+    checkpoint_every: int = 0
+    resume_from: str | os.PathLike | None = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        self.steps = check_int(self.steps, "steps", minimum=0)
+        self.val_every = check_int(self.val_every, "val_every", minimum=0)
+        self.log_every = check_int(self.log_every, "log_every")
+        self.checkpoint_every = check_int(self.checkpoint_every, "checkpoint_every", 0)
+        if self.clip_norm is not None:
+            self.clip_norm = check_float(self.clip_norm, "clip_norm", 0, low_open=True)
+        amp_dtype(self.amp)                          # a ValueError names a bad amp
+
+    def due(self, every: int, step: int) -> bool:
+        """Whether a task done every ``every`` steps falls after update ``step``."""
+        return every > 0 and step % every == 0 and step < self.steps
+
+
+__all__ = ['TrainHistory', 'TrainConfig']
