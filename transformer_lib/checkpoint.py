@@ -1,7 +1,7 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 9b07eb4922e122d8
+# digest: 615a031b53e0d318
 # fmt: off
 
 # [book/10_training.ipynb, cell 10]
@@ -91,7 +91,7 @@ def _non_finite(state: Any, prefix: str) -> list[str]:
     return sorted(bad)
 
 
-def _remove_stale_temporaries(path: str) -> None:
+def remove_stale_temporaries(path: str) -> None:
     """Delete the temporary files ``<path>.tmp<pid>`` that a killed write left
     behind (those of a process that is still running are left alone)."""
     folder, name = os.path.split(os.path.abspath(path))
@@ -146,7 +146,7 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: Any = 
         "extra": extra,
     }
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    _remove_stale_temporaries(path)
+    remove_stale_temporaries(path)
     tmp = f"{path}.tmp{os.getpid()}"
     try:
         torch.save(state, tmp)
@@ -339,6 +339,7 @@ __all__ = [
     'restore_rng_state',
     'CheckpointError',
     'NonFiniteError',
+    'remove_stale_temporaries',
     'save_checkpoint',
     'CHECKPOINT_FORMAT',
     'load_checkpoint',

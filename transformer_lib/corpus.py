@@ -1,7 +1,7 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: b4cc6a9496a2c40a
+# digest: 9c788b53b97fd72c
 # fmt: off
 
 # [book/12_translation.ipynb, cell 6]
@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 from transformer_lib.checks import check_int, check_probability
-from transformer_lib.checkpoint import _remove_stale_temporaries
+from transformer_lib.checkpoint import remove_stale_temporaries
 
 
 def _optional(module: str, extra: str) -> ModuleType:
@@ -37,7 +37,7 @@ def atomic_write(path, data: str | bytes | Callable[[str], object]) -> Path:
     killed leaves the old file whole; temporary files of killed writes are removed by
     the next write."""
     path = Path(path)
-    _remove_stale_temporaries(str(path))
+    remove_stale_temporaries(str(path))
     tmp = f"{path}.tmp{os.getpid()}"
     try:
         if callable(data):

@@ -1,7 +1,7 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 1e9a8c2b3eba625a
+# digest: 8bdf087a9c64b4b8
 # fmt: off
 
 # [book/12_translation.ipynb, cell 33]
@@ -192,7 +192,44 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-# [book/12_translation.ipynb, cell 52]
+# [book/12_translation.ipynb, cell 53]
+def _differences(file: Path, config: TransformerConfig, stored: dict,
+                 where: str) -> None:
+    """Raise :class:`ModelDirError` naming ``file`` and the first fields (all but
+    dropout) in which ``config`` differs from the ``stored`` config dict."""
+    here = config.to_dict()
+    names = sorted((here.keys() | stored.keys()) - {"dropout"})
+    differ = [f"{k}={here.get(k, '(none)')!r}, but {where} has "
+              f"{stored.get(k, '(none)')!r}"
+              for k in names if here.get(k, "(none)") != stored.get(k, "(none)")]
+    if differ:
+        raise ModelDirError(f"{file}: " + "; ".join(differ[:3]))
+
+
+def _check_record(path: Path, config: TransformerConfig, weights: Path) -> None:
+    """Compare config.json and tokenizer.json with what ``save_model_dir`` recorded in
+    the metadata of ``weights`` (a file without that record is checked by shapes
+    only)."""
+    try:
+        with safe_open(str(weights), framework="pt") as f:
+            meta = f.metadata() or {}
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise ModelDirError(f"{weights}: damaged ({str(exc).splitlines()[0][:200]})"
+                            ) from None
+    if "config" in meta:
+        try:
+            stored = json.loads(meta["config"])
+        except json.JSONDecodeError:
+            raise ModelDirError(f"{weights}: damaged metadata") from None
+        _differences(path / CONFIG_FILE, config, stored, f"the {WEIGHTS_FILE}")
+    digest = meta.get("tokenizer_sha256")
+    if digest and _sha256((path / TOKENIZER_FILE).read_bytes()) != digest:
+        raise ModelDirError(f"{path / TOKENIZER_FILE}: not the tokenizer the weights "
+                            f"in {WEIGHTS_FILE} were trained with (its SHA-256 "
+                            "differs)")
+
+
+# [book/12_translation.ipynb, cell 54]
 def load_config_and_tokenizer(path) -> tuple[TransformerConfig, BPETokenizer]:
     """Read ``config.json`` and ``tokenizer.json`` of the model directory ``path`` and
     check that they agree; a missing or damaged file raises :class:`ModelDirError`
@@ -247,43 +284,7 @@ def load_model_dir(path, device: str | torch.device | None = None
     return model.to(device).eval(), tokenizer
 
 
-def _differences(file: Path, config: TransformerConfig, stored: dict,
-                 where: str) -> None:
-    """Raise :class:`ModelDirError` naming ``file`` and the first fields (all but
-    dropout) in which ``config`` differs from the ``stored`` config dict."""
-    here = config.to_dict()
-    names = sorted((here.keys() | stored.keys()) - {"dropout"})
-    differ = [f"{k}={here.get(k, '(none)')!r}, but {where} has "
-              f"{stored.get(k, '(none)')!r}"
-              for k in names if here.get(k, "(none)") != stored.get(k, "(none)")]
-    if differ:
-        raise ModelDirError(f"{file}: " + "; ".join(differ[:3]))
-
-
-def _check_record(path: Path, config: TransformerConfig, weights: Path) -> None:
-    """Compare config.json and tokenizer.json with what ``save_model_dir`` recorded in
-    the metadata of ``weights`` (a file without that record is checked by shapes
-    only)."""
-    try:
-        with safe_open(str(weights), framework="pt") as f:
-            meta = f.metadata() or {}
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise ModelDirError(f"{weights}: damaged ({str(exc).splitlines()[0][:200]})"
-                            ) from None
-    if "config" in meta:
-        try:
-            stored = json.loads(meta["config"])
-        except json.JSONDecodeError:
-            raise ModelDirError(f"{weights}: damaged metadata") from None
-        _differences(path / CONFIG_FILE, config, stored, f"the {WEIGHTS_FILE}")
-    digest = meta.get("tokenizer_sha256")
-    if digest and _sha256((path / TOKENIZER_FILE).read_bytes()) != digest:
-        raise ModelDirError(f"{path / TOKENIZER_FILE}: not the tokenizer the weights "
-                            f"in {WEIGHTS_FILE} were trained with (its SHA-256 "
-                            "differs)")
-
-
-# [book/12_translation.ipynb, cell 54]
+# [book/12_translation.ipynb, cell 56]
 def load_resume_setup(path) -> tuple[TransformerConfig, BPETokenizer]:
     """The config and tokenizer to resume the run of the model directory ``path``:
     ``config.json`` and ``tokenizer.json`` checked against ``checkpoint.pt`` (the
