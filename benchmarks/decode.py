@@ -9,9 +9,10 @@ that every sentence runs to the full length) decodes with
 * beam 4 / greedy, both with the cache,
 
 and the script prints each pair's time ratio (measured interleaved, in the same run, with
-``common.time_pair``). A ratio above 1 means the second of the pair is faster. The cache should give at
-least 5x at 128 new tokens (on a loaded 2-core CPU with one thread it gave 4.0x for greedy and 7.6x
-for beam search). Run: ``python benchmarks/decode.py`` (``--quick``: one timed call of each; several
+``common.time_pair``). A ratio above 1 means the second of the pair is faster. The cache's gain
+grows with the number of new tokens, and is larger for beam search (4 rows per sentence) than for
+greedy decoding; how large depends on the machine: run it (chapter 11 times a small version).
+Run: ``python benchmarks/decode.py`` (``--quick``: one timed call of each; several
 minutes on a CPU either way, the uncached beam search at 128 tokens is most of it).
 """
 from __future__ import annotations

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import transformer_lib as tl
@@ -643,3 +643,70 @@ def test_the_public_names_are_importable_from_the_package_root():
     for old in ("DecodingConfig", "Seq2SeqModel", "greedy_decode", "beam_search", "length_penalty_factor",
                 "sample", "sampling_distribution"):
         assert hasattr(tl, old)
+
+
+# ---------------------------------------------------------------- issue 14: inputs decoded as users send them
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(seed=0, length=1, others=[2], where=0, k=2, max_len=None)      # failed with the batch-wide default
+@given(seed=st.integers(0, 10_000), length=st.integers(1, 3), others=st.lists(st.integers(1, 5), max_size=3),
+       where=st.integers(0, 3), k=st.integers(2, 3), max_len=st.sampled_from([None, 2, 4]))
+def test_a_sentence_decodes_alone_as_inside_any_batch(seed, length, others, where, k, max_len):
+    """A sentence decoded alone (no padding) equals the same sentence decoded in a random batch of
+    sentences of other lengths, for greedy and beam search. eos rarely wins (its row is small), so the
+    hypotheses run into the length limit: an explicit small max_len, or the default, which is each
+    sentence's own 2 S + 10 and not its batch's (the batch-wide default gave a longer sentence's batch
+    more room, and beam search other outputs)."""
+    model = make_model(seed % 5, eos_boost=0.2, n_layers=1)
+    g = torch.Generator().manual_seed(seed)
+    sentence = torch.randint(3, 10, (length,), generator=g)
+    rows = [torch.randint(3, 10, (n,), generator=g) for n in others]
+    rows.insert(where % (len(rows) + 1), sentence)
+    batch = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=PAD)
+    i = where % len(rows)
+    decoders = [lambda s: beam_search(model, s, k, max_len)]
+    if max_len is not None:
+        decoders.append(lambda s: greedy_decode(model, s, max_len))
+    for decode in decoders:
+        alone = decode(sentence[None])[0]
+        inside = decode(batch)[i]
+        assert torch.equal(inside[:len(alone)], alone) and inside[len(alone):].eq(PAD).all()
+
+
+def test_the_default_limit_is_each_sentences_own():
+    """Beam search's default max_len: 2 S + 10 for each sentence, S its length without padding."""
+    model = make_model(1, eos_boost=0.0, n_layers=1)                  # eos never wins: every row runs out
+    x = torch.tensor([[3, 4, 5, 6, 7], [8, 9, PAD, PAD, PAD]])
+    ids = beam_search(model, x, 2)
+    assert ids.shape[1] == 1 + 2 * 5 + 10                               # bos + the longest row's limit
+    assert ids[1, :1 + 2 * 2 + 10].ne(PAD).all() and ids[1, 1 + 2 * 2 + 10:].eq(PAD).all()
+
+
+@pytest.mark.parametrize("V", [3, 7, 10, 30, 97, 1000])
+def test_top_p_keeps_exactly_ceil_p_v_of_a_uniform_distribution(V):
+    """The smallest set whose mass reaches p, under float rounding too: uniform logits, p = j / V, keep
+    exactly j tokens (in float32 the running sums fell short: top_p=0.6 of ten kept 7)."""
+    for j in sorted({1, 2, V // 3, V // 2, (3 * V) // 5, V - 1, V} - {0}):
+        p = sampling_distribution(torch.zeros(V), top_p=j / V)
+        assert int((p > 0).sum()) == j, (V, j)
+    assert int((sampling_distribution(torch.zeros(10), top_p=0.6) > 0).sum()) == 6
+
+
+def _ids_model(pad, bos, eos):
+    model = make_model()
+    model.config = SimpleNamespace(**{**vars(model.config), "pad_id": pad, "bos_id": bos, "eos_id": eos})
+    return model
+
+
+@pytest.mark.parametrize("pad, bos, eos", [(0, 1, 1), (0, 2, 2), (0, 1, 0), (0, 0, 2), (1, 1, 1)])
+@pytest.mark.parametrize("decode", [
+    lambda m, x: greedy_decode(m, x, 5),
+    lambda m, x: beam_search(m, x, 2, 5),
+    lambda m, x: sample(m, x, 5),
+    lambda m, x: start_decoding(m, x),
+], ids=["greedy", "beam", "sample", "start_decoding"])
+def test_equal_special_ids_are_refused_naming_them(pad, bos, eos, decode):
+    """bos = eos (decoding would stop at once or never), pad = eos (eos is never generated), pad = bos:
+    refused at the decoders' boundary, naming the ids."""
+    with pytest.raises(ValueError, match=rf"pad_id={pad}, bos_id={bos}, eos_id={eos}"):
+        decode(_ids_model(pad, bos, eos), make_src(0, 2, 4))

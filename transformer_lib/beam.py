@@ -1,7 +1,7 @@
 """Generated from book/11_decoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 998a6dcb042dd1e4
+# digest: 25ae9e47cf7a3398
 # fmt: off
 
 # [book/11_decoding.ipynb, cell 25]
@@ -26,7 +26,7 @@ def length_penalty_factor(length: int | torch.Tensor, alpha: float, norm: str = 
     ``length`` is the number of generated tokens, eos included and bos not
     (beam_search's ``count_bos=True`` adds one). ``norm="gnmt"``: ((5 + length) / 6) **
     alpha, Wu et al. (2016), the penalty the Transformer paper used with alpha = 0.6.
-    ``norm="power"``: length ** alpha, the study notes' form. alpha = 0 gives 1 for
+    ``norm="power"``: length ** alpha, the notes' form. alpha = 0 gives 1 for
     both: raw log-probabilities, which favour short outputs.
     """
     if norm == "gnmt":
@@ -96,22 +96,28 @@ class _Beams:
         return index
 
     # [book/11_decoding.ipynb, cell 31]
-    def stop(self, t: int, early_stopping: bool) -> bool:
+    def stop(self, t: int, early_stopping: bool,
+             out_of_room: torch.Tensor | None = None) -> bool:
         """Mark the sentences that are done after t generated tokens; True when all are.
-        The one value a step reads back from the device."""
+        ``out_of_room`` (B,): the sentences whose limit is t, closed after the rule. The
+        one value a step reads back from the device."""
         worst = self.fin_scores[:, -1]                                     # (B,)
         if early_stopping:                         # the notes' rule: k finished
             self.done |= torch.isfinite(worst)
         else:                                      # and no live beam scores better
             self.done |= worst >= self.score(self.live_logp[:, 0], t)
+        if out_of_room is not None:
+            self.close(t, out_of_room)
         return bool(self.done.all())
 
-    def close(self, t: int) -> None:
-        """Out of room after t tokens: the live beams of the sentences not done join the
-        finished hypotheses."""
+    def close(self, t: int, rows: torch.Tensor) -> None:
+        """Out of room after t tokens: the live beams of the sentences ``rows`` (B,) not
+        done join the finished hypotheses, and those sentences are done."""
+        closing = rows & ~self.done                                        # (B,)
         scores = self.score(self.live_logp, t)                             # (B, k)
-        scores = scores.masked_fill(self.done[:, None], float("-inf"))
+        scores = scores.masked_fill(~closing[:, None], float("-inf"))
         self.finish(self.ys.view(self.B, self.k, t + 1), scores)
+        self.done |= closing
 
     def best(self, n_best: int | None):
         """(B, T) ids of the best hypotheses, or (ids (B, n, T), scores (B, n))."""
@@ -146,12 +152,14 @@ def beam_search(model: Seq2SeqModel, src: torch.Tensor, beam_size: int = 4,
     * A sentence is done when it has beam_size finished hypotheses and its best live
       beam, scored at its current length, does not beat the worst of them (exact for
       alpha = 0, a heuristic for alpha > 0); with ``early_stopping=True``, as soon as
-      it has beam_size finished (the study notes' rule, also fairseq's). After
+      it has beam_size finished (the notes' rule, also fairseq's). After
       ``max_len`` new tokens the live beams join the finished ones. beam_size = 1 is
       greedy decoding.
 
-    ``max_len`` defaults to min(config.max_len, 2·S + 10) for sources of length S. pad
-    and bos are never generated; eval mode and no gradients while decoding, as in
+    ``max_len`` defaults to min(config.max_len, 2·S + 10) for each sentence, S its own
+    length (pad not counted), not its batch's: a sentence's output does not depend on
+    the batch it is in (one read-back before the loop). pad and bos are never
+    generated; eval mode and no gradients while decoding, as in
     :func:`greedy_decode`. ``model``: anything with the members of
     :class:`Seq2SeqModel`.
     """
@@ -159,9 +167,15 @@ def beam_search(model: Seq2SeqModel, src: torch.Tensor, beam_size: int = 4,
     k = check_int(beam_size, "beam_size")
     src = check_src(model, src)
     c = model.config
-    if max_len is None:
-        max_len = min(c.max_len, 2 * src.size(1) + 10)
-    max_len = check_max_len(model, max_len)
+    if max_len is None:                  # each sentence its own limit: 2·S + 10
+        lengths = (src != c.pad_id).sum(dim=1)                            # (B,)
+        limit = (2 * lengths + 10).clamp(max=c.max_len)                   # (B,)
+        ends = set(limit.tolist())                # the steps where some run out of room
+        max_len = max(ends)
+    else:
+        max_len = check_max_len(model, max_len)
+        limit = torch.full((src.size(0),), max_len, device=src.device)
+        ends = {max_len}
     V = c.tgt_vocab_size
     if k > V - len({c.pad_id, c.bos_id, c.eos_id}):
         raise ValueError(f"beam_size={k} is larger than the number of tokens a beam "
@@ -181,10 +195,10 @@ def beam_search(model: Seq2SeqModel, src: torch.Tensor, beam_size: int = 4,
         for t in range(1, max_len + 1):                  # t tokens after this step
             index = beams.advance(stepper.step(beams.ys), t)
             stepper.reorder(index)                       # cache, memory, mask follow
-            if beams.stop(t, early_stopping):            # the step's one sync
+            # out of room: the sentences whose limit is t (known on the host)
+            out_of_room = limit == t if t in ends else None
+            if beams.stop(t, early_stopping, out_of_room):   # the step's one sync
                 break
-            if t == max_len:                             # out of room
-                beams.close(t)
     return beams.best(n_best)
 
 

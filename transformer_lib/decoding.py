@@ -1,7 +1,7 @@
 """Generated from book/11_decoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 1a099f6e598e86ee
+# digest: 82bd7349cfcdf251
 # fmt: off
 
 # [book/11_decoding.ipynb, cell 11]
@@ -53,7 +53,10 @@ _CONFIG_FIELDS = ("src_vocab_size", "tgt_vocab_size", "max_len", "pad_id", "bos_
 
 def check_model(model: Any) -> None:
     """Raise TypeError, naming what is missing, unless ``model`` has the members of
-    :class:`Seq2SeqModel` (duck typing: it need not derive from any class)."""
+    :class:`Seq2SeqModel` (duck typing: it need not derive from any class); ValueError
+    unless its pad, bos and eos ids differ (bos = eos: decoding would stop at once or
+    never; pad = eos: eos could never be generated; pad = bos: the output's bos would
+    read as padding)."""
     missing = [name for name in ("encode", "decode", "new_cache")
                if not callable(getattr(model, name, None))]
     config = getattr(model, "config", None)
@@ -63,6 +66,11 @@ def check_model(model: Any) -> None:
         raise TypeError(f"model must have encode, decode, new_cache and a config with "
                         f"integer {', '.join(_CONFIG_FIELDS)} (see Seq2SeqModel); "
                         f"{type(model).__name__} lacks {', '.join(missing)}")
+    ids = {name: getattr(config, name) for name in ("pad_id", "bos_id", "eos_id")}
+    if len(set(ids.values())) < 3:
+        named = ", ".join(f"{name}={value}" for name, value in ids.items())
+        raise ValueError(f"model.config's pad_id, bos_id and eos_id must differ, got "
+                         f"{named}")
 
 
 def check_src(model: Seq2SeqModel, src: Any) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """Generated from book/11_decoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 541aa635533f8c51
+# digest: 5f5fb35671fbc54a
 # fmt: off
 
 # [book/11_decoding.ipynb, cell 41]
@@ -13,6 +13,10 @@ import torch
 
 from transformer_lib.checks import check_float, check_int, check_probability
 from transformer_lib.decoding import Seq2SeqModel, decode_with
+
+
+# how far short of top_p a nucleus's mass may fall by float32 rounding alone
+_MASS_TOLERANCE = 16 * torch.finfo(torch.float32).eps
 
 
 def _sampling_args(temperature: Any, top_k: Any,
@@ -36,7 +40,10 @@ def sampling_distribution(logits: torch.Tensor, temperature: float = 1.0,
     In this order: divide the logits by ``temperature``; keep the ``top_k`` largest
     (exactly k: ties at the boundary are broken by ``torch.topk``; 0 keeps all);
     softmax; keep the nucleus, the smallest set of most probable tokens whose
-    probabilities add up to at least ``top_p`` (1 keeps all); renormalise.
+    probabilities add up to at least ``top_p`` (1 keeps all); renormalise. The running
+    sums are taken in float64 and a set whose mass falls short of ``top_p`` by float32
+    rounding only (at most ``16 × float32 eps``, about 2e-6) reaches it: uniform logits
+    keep exactly ceil(top_p · V) tokens.
     """
     return _filtered(logits, *_sampling_args(temperature, top_k, top_p))
 
@@ -55,8 +62,10 @@ def _filtered(logits: torch.Tensor, temperature: float, top_k: int,
     probs = torch.softmax(scaled, dim=-1)                                  # (…, V)
     if top_p < 1.0:
         sorted_p, order = probs.sort(dim=-1, descending=True)              # (…, V)
-        mass_before = sorted_p.cumsum(dim=-1) - sorted_p    # exclusive running sum
-        drop_sorted = mass_before >= top_p                  # the set is big enough
+        # exclusive running sums, in float64: float32 sums of ten 0.1s fall short of 0.6
+        mass_before = sorted_p.double().cumsum(dim=-1) - sorted_p.double()
+        # the set is big enough, up to the rounding of float32 probabilities
+        drop_sorted = mass_before >= top_p - _MASS_TOLERANCE
         drop_sorted[..., 0] = False                         # the top token stays
         # back to vocabulary order
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
