@@ -287,6 +287,16 @@ def test_a_line_longer_than_max_len_is_never_cut_silently(model, tokenizer):
         translate_lines(model, tokenizer, lines, on_too_long="skip")
 
 
+@pytest.mark.parametrize("beam", [1, 4])
+def test_a_line_translates_the_same_alone_and_in_any_batch(model, tokenizer, beam):
+    # issue 14: beam output changed when hypotheses reached the batch's length limit
+    lines = sorted({p.src for p in PAIRS[:200]}, key=len)
+    lines = lines[:6] + lines[-6:]                  # short and long sentences in one batch
+    together = translate_lines(model, tokenizer, lines, beam=beam, batch_size=len(lines))
+    alone = [translate_lines(model, tokenizer, [line], beam=beam)[0] for line in lines]
+    assert together == alone
+
+
 def test_sampled_translations_are_valid_text(model, tokenizer):
     # issue 14: sampling with the default settings gave U+FFFD in 24 of 200 lines
     out = translate_lines(model, tokenizer, [p.src for p in PAIRS[:60]], sampling=True, seed=1)

@@ -1,7 +1,7 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 8bdf087a9c64b4b8
+# digest: 5e90f86a21fcd33f
 # fmt: off
 
 # [book/12_translation.ipynb, cell 33]
@@ -89,7 +89,8 @@ def translate_lines(model: Transformer, tokenizer: BPETokenizer, lines: Iterable
         limit = max_len or min(c.max_len, 2 * src.size(1) + 10)
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
             if beam > 1:
-                ids = beam_search(model, src, beam_size=beam, max_len=limit,
+                # None: each sentence its own limit, so its batch does not matter
+                ids = beam_search(model, src, beam_size=beam, max_len=max_len,
                                   length_penalty=length_penalty)
             elif sampling:
                 ids = sample(model, src, max_len=limit, temperature=temperature,
