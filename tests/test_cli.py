@@ -1,9 +1,13 @@
 """Tests of the command-line tool (transformer_lib.cli, python -m transformer_lib): an end-to-end run of
-train and translate on a tiny generated corpus, resuming from a checkpoint, the one-line errors, and the
-same command under torchrun with two gloo processes on the CPU (DDP)."""
+train and translate on a tiny generated corpus, resuming from a checkpoint, Ctrl-C and SIGTERM, the
+one-line promise over every error path (one line on stderr, exit status 2 for usage errors and 1 for the
+others, never a traceback), the run's report on stderr, and the same command under torchrun with two gloo
+processes on the CPU (DDP)."""
 import io
 import json
 import os
+import pickle
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +32,8 @@ TINY = ["--vocab-size", "300", "--d-model", "32", "--n-heads", "2", "--layers", 
         "--batch-tokens", "300", "--warmup", "4", "--device", "cpu", "--no-progress", "--max-len", "64",
         "--threads", "1"]
 
+# the model options in TINY (--resume takes them from config.json)
+MODEL_OPTIONS = {"--vocab-size", "--d-model", "--n-heads", "--layers", "--d-ff", "--max-len"}
 
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
@@ -105,22 +111,6 @@ def test_train_with_aligned_files_and_epochs(corpus, tmp_path):
     assert 1 <= info["steps"] and info["val_loss"] is None
 
 
-def test_train_errors_are_one_line(corpus, trained, tmp_path, capsys):
-    bad = tmp_path / "bad.tsv"
-    bad.write_text("eins\tone\nzwei two\n", encoding="utf-8")
-    assert main(["train", "--train", str(bad), "--out", str(tmp_path / "m"), *TINY]) == 1
-    _one_line_error(capsys, "bad.tsv:2:", "source<TAB>target")
-    assert _train(corpus, trained, 6) == 1                         # the directory already holds a model
-    _one_line_error(capsys, "already holds a model", "--resume")
-    assert _train(corpus, tmp_path / "empty", 6, "--resume") == 1
-    _one_line_error(capsys, "nothing to resume")
-    assert main(["train", "--train", str(corpus["train"]), "--out", str(tmp_path / "m2"), *TINY,
-                 "--n-heads", "5"]) == 1
-    _one_line_error(capsys, "divisible")
-    assert main(["train", "--train", str(tmp_path / "nope.tsv"), "--out", str(tmp_path / "m3"), *TINY]) == 1
-    _one_line_error(capsys, "nope.tsv: no such file")
-
-
 @pytest.mark.parametrize("argv, needle", [
     (["train", "--out", "x"], "--train"),
     (["train", "--train", "a.tsv", "--out", "x", "--steps", "ten"], "--steps"),
@@ -178,28 +168,356 @@ def test_translate_files_to_output(trained, corpus, tmp_path, how):
     assert len(out.read_text(encoding="utf-8").splitlines()) == 5
 
 
-@pytest.mark.parametrize("damage, needle", [
-    (lambda d: (d / CONFIG_FILE).write_text("{oops"), "config.json: damaged"),
-    (lambda d: (d / WEIGHTS_FILE).unlink(), "no model.safetensors"),
-])
-def test_damaged_model_directory_gives_one_line(trained, tmp_path, damage, needle, capsys, monkeypatch):
-    d = tmp_path / "m"
+# ---------------------------------------------------------------- the one-line promise, over every error path
+def _status(argv):
+    """main's exit status; argparse's errors leave by SystemExit."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
+def _copy_model(trained, d):
     d.mkdir()
-    for name in (CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE):
-        (d / name).write_bytes((trained / name).read_bytes())
-    damage(d)
-    monkeypatch.setattr(sys, "stdin", io.StringIO("drei\n"))
-    assert main(["translate", "--model", str(d), "--device", "cpu"]) == 1
-    _one_line_error(capsys, needle)
+    for f in trained.iterdir():
+        (d / f.name).write_bytes(f.read_bytes())
+    return d
 
 
-def test_missing_model_input_and_device(trained, tmp_path, capsys):
-    assert main(["translate", "--model", str(tmp_path / "none"), "--device", "cpu"]) == 1
-    _one_line_error(capsys, "no such model directory")
-    assert main(["translate", str(tmp_path / "in.txt"), "--model", str(trained), "--device", "cpu"]) == 1
-    _one_line_error(capsys, "in.txt: no such input file")
-    assert main(["translate", "--model", str(trained), "--device", "tpu"]) == 1
-    _one_line_error(capsys, "--device")
+class _Evil:
+    """A pickle that would run a command when loaded: a malicious checkpoint."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _damaged_checkpoint(how):
+    def make(c):
+        d = _copy_model(c["trained"], c["tmp"] / "run")
+        file = d / CHECKPOINT_FILE
+        if how == "empty":
+            file.write_bytes(b"")
+        elif how == "truncated":
+            file.write_bytes(file.read_bytes()[:1000])
+        elif how == "foreign":
+            torch.save({"weights": torch.zeros(3)}, file)
+        elif how == "text":
+            file.write_text("not a checkpoint\n")
+        elif how == "malicious":
+            file.write_bytes(pickle.dumps(_Evil(c["tmp"] / "pwned"), protocol=2))
+        elif how == "directory":
+            file.unlink()
+            file.mkdir()
+        return _resume_argv(c, d)
+    return make
+
+
+def _resume_argv(c, d, *extra, train=None, model_options=True):
+    tiny = list(TINY)
+    for option in MODEL_OPTIONS if not model_options else ():
+        i = tiny.index(option)
+        del tiny[i:i + 2]
+    return ["train", "--train", str(train or c["corpus"]["train"]), "--valid", str(c["corpus"]["valid"]),
+            "--out", str(d), "--steps", "8", "--resume", "--checkpoint-every", "3", "--val-every", "3",
+            *tiny, *extra]
+
+
+def _new_argv(c, out, *extra, train=None, valid=None):
+    argv = ["train", "--train", str(train or c["corpus"]["train"]), "--out", str(out), "--steps", "4", *TINY]
+    if valid:
+        argv[3:3] = ["--valid", str(valid)]
+    return [*argv, *extra]
+
+
+def _edited_config(model_options):
+    def make(c):
+        d = _copy_model(c["trained"], c["tmp"] / "run")
+        config = json.loads((d / CONFIG_FILE).read_text())
+        config["n_heads"] = 4                               # same shapes, another model
+        (d / CONFIG_FILE).write_text(json.dumps(config))
+        return _resume_argv(c, d, model_options=model_options)
+    return make
+
+
+def _other_corpus(c):
+    d = _copy_model(c["trained"], c["tmp"] / "run")
+    pairs = [line.split("\t") for line in c["corpus"]["train"].read_text(encoding="utf-8").splitlines()]
+    pairs[0][1] = pairs[0][1] + " again"                     # one target changed
+    other = c["tmp"] / "other.tsv"
+    other.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    return _resume_argv(c, d, train=other)
+
+
+def _no_record_other_batches(c):
+    d = _copy_model(c["trained"], c["tmp"] / "run")
+    (d / TRAINING_FILE).unlink()                            # chapter 10's own check remains
+    return _resume_argv(c, d, "--batch-tokens", "900")
+
+
+def _file(c, name, data):
+    path = c["tmp"] / name
+    path.write_bytes(data)
+    return path
+
+
+def _long_valid(c):
+    valid = _file(c, "long.tsv", ("eins zwei drei " * 30 + "\tone two three\n").encode())
+    return _new_argv(c, c["tmp"] / "m", valid=valid)
+
+
+def _not_empty(c):
+    (c["tmp"] / "notes").mkdir()
+    (c["tmp"] / "notes" / "todo.txt").write_text("x")
+    return _new_argv(c, c["tmp"] / "notes")
+
+
+def _damaged_dir(c, what):
+    d = _copy_model(c["trained"], c["tmp"] / "damaged")
+    if what == "config":
+        (d / CONFIG_FILE).write_text("{oops")
+    else:
+        (d / WEIGHTS_FILE).unlink()
+    return d
+
+
+def _damaged_record(c):
+    d = _copy_model(c["trained"], c["tmp"] / "run")
+    (d / TRAINING_FILE).write_text("{oops")
+    return _resume_argv(c, d)
+
+
+def _translate(c, *extra, model=None):
+    return ["translate", "--model", str(model or c["trained"]), "--device", "cpu", *extra]
+
+
+ERRORS = [  # (id, argv maker, exit status, needles on the one line)
+    ("bad-tsv", lambda c: _new_argv(c, c["tmp"] / "m", train=_file(c, "bad.tsv", b"eins\tone\nzwei two\n")),
+     1, ["bad.tsv:2:", "source<TAB>target"]),
+    ("missing-corpus", lambda c: _new_argv(c, c["tmp"] / "m", train=c["tmp"] / "nope.tsv"), 1,
+     ["nope.tsv: no such file"]),
+    ("three-corpus-files", lambda c: ["train", "--train", "a", "b", "c", "--out", str(c["tmp"] / "m")], 1,
+     ["--train and --valid take one TSV file or two"]),
+    ("heads-do-not-divide", lambda c: _new_argv(c, c["tmp"] / "m", "--n-heads", "5"), 1, ["divisible"]),
+    ("vocab-below-minimum", lambda c: _new_argv(c, c["tmp"] / "m", "--vocab-size", "100"), 2,
+     ["--vocab-size", "260"]),
+    ("no-pair-fits-max-len", lambda c: _new_argv(c, c["tmp"] / "m", "--max-len", "2"), 1,
+     ["--train: none of the", "--max-len 2"]),
+    ("valid-all-too-long", _long_valid, 1, ["--valid: none of the 1 pairs", "--max-len 64"]),
+    ("out-is-a-file", lambda c: _new_argv(c, _file(c, "f", b"x")), 1, ["--out", "a file, not a directory"]),
+    ("out-under-a-file", lambda c: _new_argv(c, _file(c, "f", b"x") / "m"), 1, ["--out", "f/m",
+                                                                               "cannot write there"]),
+    ("out-not-empty", _not_empty, 1, ["--out", "notes", "not empty", "--force"]),
+    ("out-holds-a-model", lambda c: _new_argv(c, c["trained"]), 1, ["already holds a model", "--resume"]),
+    ("nothing-to-resume", lambda c: _resume_argv(c, c["tmp"] / "empty"), 1, ["nothing to resume"]),
+    ("checkpoint-empty", _damaged_checkpoint("empty"), 1, [CHECKPOINT_FILE, "empty"]),
+    ("checkpoint-truncated", _damaged_checkpoint("truncated"), 1, [CHECKPOINT_FILE, "not a complete"]),
+    ("checkpoint-foreign", _damaged_checkpoint("foreign"), 1, [CHECKPOINT_FILE, "not a checkpoint"]),
+    ("checkpoint-text", _damaged_checkpoint("text"), 1, [CHECKPOINT_FILE]),
+    ("checkpoint-malicious", _damaged_checkpoint("malicious"), 1, [CHECKPOINT_FILE]),
+    ("checkpoint-directory", _damaged_checkpoint("directory"), 1, [CHECKPOINT_FILE, "directory"]),
+    ("config-edited", _edited_config(False), 1, [CHECKPOINT_FILE, "n_heads"]),
+    ("config-edited-options-given", _edited_config(True), 2, ["--n-heads 2", "has 4", CONFIG_FILE]),
+    ("resume-other-batch-tokens",
+     lambda c: _resume_argv(c, _copy_model(c["trained"], c["tmp"] / "run"), "--batch-tokens", "400"), 1,
+     [TRAINING_FILE, "--batch-tokens 300", "400"]),
+    ("resume-other-seed", lambda c: _resume_argv(c, _copy_model(c["trained"], c["tmp"] / "run"), "--seed", "9"),
+     1, [TRAINING_FILE, "--seed 0"]),
+    ("resume-other-corpus", _other_corpus, 1, [TRAINING_FILE, "another corpus", "other.tsv"]),
+    ("resume-other-batches-no-record", _no_record_other_batches, 1, [CHECKPOINT_FILE, "batches per epoch"]),
+    ("resume-other-max-len",
+     lambda c: _resume_argv(c, _copy_model(c["trained"], c["tmp"] / "run"), "--max-len", "32"), 2,
+     ["--max-len 32", "64", "drop the option"]),
+    ("resume-damaged-record", _damaged_record, 1, [TRAINING_FILE, "damaged"]),
+    ("translate-no-model", lambda c: _translate(c, model=c["tmp"] / "none"), 1, ["no such model directory"]),
+    ("translate-damaged-config", lambda c: _translate(c, model=_damaged_dir(c, "config")), 1,
+     ["config.json: damaged"]),
+    ("translate-no-weights", lambda c: _translate(c, model=_damaged_dir(c, "weights")), 1,
+     ["no model.safetensors"]),
+    ("translate-no-input", lambda c: _translate(c, str(c["tmp"] / "in.txt")), 1, ["in.txt: no such input file"]),
+    ("translate-bad-device", lambda c: ["translate", "--model", str(c["trained"]), "--device", "tpu"], 1,
+     ["--device"]),
+    ("top-p-without-sample", lambda c: _translate(c, "--top-p", "0.9"), 2, ["--top-p", "--sample"]),
+    ("top-k-without-sample", lambda c: _translate(c, "--top-k", "5"), 2, ["--top-k", "--sample"]),
+    ("temperature-without-sample", lambda c: _translate(c, "--beam", "2", "--temperature", "0.5"), 2,
+     ["--temperature", "--sample"]),
+    ("seed-without-sample", lambda c: _translate(c, "--seed", "3"), 2, ["--seed", "--sample"]),
+    ("length-penalty-greedy", lambda c: _translate(c, "--length-penalty", "1.0"), 2,
+     ["--length-penalty", "--beam"]),
+    ("top-p-above-one", lambda c: _translate(c, "--sample", "--top-p", "1.5"), 2, ["--top-p"]),
+    ("negative-top-k", lambda c: _translate(c, "--sample", "--top-k", "-1"), 2, ["--top-k"]),
+    ("max-len-beyond-model", lambda c: _translate(c, "--max-len", "500"), 2, ["--max-len 500", "64"]),
+    ("line-too-long", lambda c: _translate(c, str(_file(c, "in.txt", ("drei\n" + "sieben " * 80 + "\n").encode()))),
+     1, ["in.txt:2:", "max_len 64", "--truncate"]),
+    ("input-not-utf8", lambda c: _translate(c, str(_file(c, "in.txt", "drei\nGrüße\n".encode("latin-1")))), 1,
+     ["in.txt:2: not valid UTF-8", "0xfc"]),
+    ("stdin-not-utf8", lambda c: _translate(c, "-"), 1, ["<stdin>:2: not valid UTF-8", "0xfc"]),
+    ("output-is-a-directory", lambda c: _translate(c, str(_file(c, "in.txt", b"drei\n")), "--output",
+                                                   str(c["tmp"])), 1, ["--output", "cannot write"]),
+]
+
+
+@pytest.mark.parametrize("make, status, needles", [e[1:] for e in ERRORS], ids=[e[0] for e in ERRORS])
+def test_every_error_is_one_line(make, status, needles, corpus, trained, tmp_path, capsys, monkeypatch):
+    """Every error path: the exit status (2: usage, 1: other), exactly one line on stderr naming what is
+    wrong, no traceback, nothing on stdout."""
+    argv = make({"corpus": corpus, "trained": trained, "tmp": tmp_path})
+    stdin = io.TextIOWrapper(io.BytesIO("drei\nGrüße\n".encode("latin-1")), encoding="utf-8")
+    monkeypatch.setattr(sys, "stdin", stdin)
+    assert _status(argv) == status
+    captured = capsys.readouterr()
+    err = captured.err
+    assert err.count("\n") == 1 and err.endswith("\n"), err
+    assert "Traceback" not in err and ": error: " in err, err
+    for needle in needles:
+        assert needle in err, err
+    assert captured.out == ""
+    assert not (tmp_path / "pwned").exists()                # the malicious pickle did not run
+
+
+def test_resume_checks_happen_before_training(corpus, trained, tmp_path):
+    """A refused --resume leaves the run as it was: the checkpoint is not touched."""
+    d = _copy_model(trained, tmp_path / "run")
+    before = (d / CHECKPOINT_FILE).read_bytes()
+    c = {"corpus": corpus, "trained": trained, "tmp": tmp_path}
+    assert _status(_resume_argv(c, d, "--batch-tokens", "400")) == 1
+    assert (d / CHECKPOINT_FILE).read_bytes() == before
+
+
+# ---------------------------------------------------------------- interrupted and failed runs
+def _start_process(corpus, out, *extra):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "transformer_lib", "train", "--train", str(corpus["train"]), "--valid",
+           str(corpus["valid"]), "--out", str(out), "--checkpoint-every", "3", "--val-every", "3", *TINY, *extra]
+    return subprocess.Popen(cmd, env=env, cwd=ROOT, text=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+@pytest.mark.parametrize("sig, status, name", [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")])
+def test_interrupt_saves_and_resume_continues_exactly(sig, status, name, corpus, trained, tmp_path, capsys):
+    """Ctrl-C or SIGTERM after the first update: one line saying where the run is and how to continue, the
+    signal's exit status, no traceback; --resume then reaches the weights of an uninterrupted run."""
+    out = tmp_path / "run"
+    proc = _start_process(corpus, out, "--steps", "100000")
+    first = []
+    for line in proc.stderr:
+        first.append(line)
+        if line.startswith("step 1/"):
+            break
+    proc.send_signal(sig)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=120) == status, "".join(first) + rest
+    assert "Traceback" not in rest
+    lines = rest.strip().splitlines()
+    assert len(lines) >= 1 and all(line.startswith("step ") for line in lines[:-1]), rest
+    assert f"interrupted by {name}" in lines[-1] and str(out / CHECKPOINT_FILE) in lines[-1]
+    assert "--resume" in lines[-1]
+    saved = torch.load(out / CHECKPOINT_FILE, weights_only=True)["step"]
+    assert f"after step {saved};" in lines[-1]
+    assert 1 <= saved
+    total = max(6, saved + 2)
+    assert _train(corpus, out, total, "--resume") == 0
+    assert f"step {total}/{total}" in capsys.readouterr().err
+    reference = tmp_path / "reference"
+    if total == 6:
+        reference = trained
+    else:
+        assert _train(corpus, reference, total) == 0
+    a, _ = load_model_dir(out, "cpu")
+    b, _ = load_model_dir(reference, "cpu")
+    for (key, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(x, y), key
+
+
+def test_non_finite_loss_leaves_a_resumable_run(corpus, tmp_path, capsys):
+    """A loss that blows up: one error line naming the checkpoint that still holds finite weights, and a
+    --resume with a smaller rate continues from it."""
+    out = tmp_path / "run"
+    assert _train(corpus, out, 30, "--lr-factor", "1e6") == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    errors = [line for line in err.splitlines() if ": error: " in line]
+    assert len(errors) == 1 and err.rstrip().endswith(errors[0]), err
+    assert "non-finite" in errors[0] and str(out / CHECKPOINT_FILE) in errors[0] and "--resume" in errors[0]
+    state = torch.load(out / CHECKPOINT_FILE, weights_only=True)
+    assert all(torch.isfinite(t).all() for t in state["model"].values())
+    assert _train(corpus, out, 6, "--resume", "--lr-factor", "1") == 0
+    assert "step 6/6" in capsys.readouterr().err
+
+
+def test_out_left_by_a_start_before_the_first_checkpoint_can_start_again(corpus, trained, tmp_path):
+    """A run stopped while training its tokenizer leaves config.json and tokenizer.json only: running the
+    command again starts over, no --resume or --force needed."""
+    out = tmp_path / "run"
+    out.mkdir()
+    for name in (CONFIG_FILE, TOKENIZER_FILE):
+        (out / name).write_bytes((trained / name).read_bytes())
+    assert _train(corpus, out, 2) == 0
+
+
+def test_force_starts_over(corpus, trained, tmp_path):
+    out = _copy_model(trained, tmp_path / "run")
+    assert _train(corpus, out, 2, "--force") == 0
+    assert torch.load(out / CHECKPOINT_FILE, weights_only=True)["step"] == 2
+
+
+# ---------------------------------------------------------------- what a newcomer sees: the run's report
+def test_no_progress_logs_periodic_lines_on_stderr(corpus, tmp_path, capsys):
+    """--no-progress: the header, the loss from the first update and every tenth of the run, the validation
+    losses and the last line, all on stderr; stdout stays empty."""
+    assert _train(corpus, tmp_path / "run", 20, "--val-every", "10") == 0
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert "training pairs" in lines[0] and "20 steps (warm-up 4)" in lines[0]
+    steps = [int(line.split("/")[0].split()[1]) for line in lines if " loss " in line and "lr" in line]
+    assert steps == [1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20]
+    assert sum("validation loss" in line for line in lines) == 2
+    assert lines[-1].startswith("step 20/20, train loss")
+
+
+def test_progress_bar_shows_the_loss_from_the_first_step(corpus, tmp_path, capsys):
+    argv = [a for a in TINY if a != "--no-progress"]
+    assert main(["train", "--train", str(corpus["train"]), "--out", str(tmp_path / "run"), "--steps", "5",
+                 *argv]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "" and "loss=" in captured.err
+
+
+def test_default_warmup_follows_the_steps_and_resume_keeps_it(corpus, tmp_path, capsys):
+    argv = [a for a in TINY]
+    i = argv.index("--warmup")
+    del argv[i:i + 2]
+    out = tmp_path / "run"
+    base = ["train", "--train", str(corpus["train"]), "--out", str(out), *argv]
+    assert main([*base, "--steps", "8"]) == 0
+    assert "(warm-up 2)" in capsys.readouterr().err                      # min(4000, 8 // 4)
+    assert json.loads((out / TRAINING_FILE).read_text())["args"]["warmup"] == 2
+    assert main([*base, "--steps", "40", "--resume"]) == 0                # 40 // 4 would be 10
+    assert "(warm-up 2)" in capsys.readouterr().err
+    help_text = build_parser()._subparsers._group_actions[0].choices["train"].format_help()
+    assert "min(4000, steps // 4)" in " ".join(help_text.split())
+
+
+def test_translate_truncate_warns_and_translates(trained, tmp_path, capsys):
+    src = tmp_path / "in.txt"
+    src.write_text("drei\n" + "sieben " * 80 + "\n", encoding="utf-8")
+    assert main(["translate", str(src), "--model", str(trained), "--device", "cpu", "--truncate"]) == 0, \
+        capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 2
+    assert captured.err.count("\n") == 1 and f"{src}:2:" in captured.err and "warning" in captured.err
+
+
+def test_translate_stdin_bytes_and_crlf(trained, corpus, monkeypatch, capsys):
+    """Standard input is read as bytes and decoded as UTF-8, whatever the locale; CRLF lines are lines."""
+    sources = [p.src for p in corpus["test"][:3]]
+    data = "".join(s + "\r\n" for s in sources).encode("utf-8")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="ascii"))
+    assert main(["translate", "--model", str(trained), "--device", "cpu"]) == 0
+    model, tokenizer = load_model_dir(trained, "cpu")
+    assert capsys.readouterr().out.splitlines() == translate_lines(model, tokenizer, sources)
 
 
 # ---------------------------------------------------------------- the real entry point
