@@ -1,0 +1,150 @@
+"""Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
+
+Regenerate with ``python tools/export.py``."""
+# digest: e80116c82ce7b8c7
+# fmt: off
+
+# [book/appendix_cli.ipynb, cell 6]
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+from tqdm import tqdm
+
+from transformer_lib import (PadCollate, PairDataset, TokenBucketSampler, evaluate,
+                             setup_distributed)
+from transformer_lib.checks import resolve_device
+
+#: the defaults of the model options of ``train``; they are None when not given, so
+#: that ``--resume`` can tell an option given (and refused if it differs from the run's
+#: config.json) from one left out
+MODEL_DEFAULTS = {"vocab_size": 8000, "d_model": 512, "n_heads": 8, "layers": 6,
+                  "d_ff": 2048, "dropout": 0.1, "max_len": 256}
+#: the smallest vocabulary: 256 byte tokens and 4 special tokens
+MIN_VOCAB = 260
+
+
+class UsageError(ValueError):
+    """Options that do not fit together: exit status 2, like a bad option."""
+
+
+class Interrupted(Exception):
+    """Ctrl-C or SIGTERM; ``status`` is the exit status (128 + the signal)."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+# [book/appendix_cli.ipynb, cell 14]
+def device_option(name: str) -> torch.device:
+    try:
+        return resolve_device(name)
+    except ValueError as exc:
+        raise ValueError(f"--device: {exc}") from None
+
+
+def start_processes(name: str, threads: int | None) -> tuple[int, int, torch.device]:
+    """(rank, world size, device). Under torchrun, join the process group (chapter 10's
+    ``setup_distributed``): each process takes the GPU of its LOCAL_RANK, or the CPU
+    (gloo) with ``--device cpu``. Otherwise one process on ``--device``."""
+    if threads:
+        torch.set_num_threads(threads)
+    rank, world, device = setup_distributed("gloo" if name == "cpu" else None)
+    if not torch.distributed.is_initialized():           # not started by torchrun
+        return 0, 1, device_option(name)
+    if name not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"--device: under torchrun each process takes the GPU of its "
+                         f"LOCAL_RANK; pass auto, cuda or cpu, got {name!r}")
+    if name == "cuda" and device.type != "cuda":
+        raise ValueError("--device cuda: CUDA is not available on this machine")
+    return rank, world, torch.device("cpu") if name == "cpu" else device
+
+
+def log_line(message: str) -> None:
+    """Every message of the tool goes to stderr (stdout is for translations)."""
+    tqdm.write(message, file=sys.stderr)
+
+
+def bucket_loader(encoded, batch_tokens: int, seed: int, shuffle: bool = True):
+    """Token buckets (chapter 10); under torchrun each rank gets its share."""
+    dataset = PairDataset(encoded)
+    sampler = TokenBucketSampler(dataset.lengths, batch_tokens, shuffle=shuffle,
+                                 seed=seed)
+    return torch.utils.data.DataLoader(dataset, batch_sampler=sampler,
+                                       collate_fn=PadCollate())
+
+
+# [book/appendix_cli.ipynb, cell 22]
+class Progress:
+    """The loss function, wrapped to report the run on stderr: the first update prints
+    ``header``; then the mean loss is read back at that first update and every
+    ``every`` steps, shown on a tqdm bar (``bar``) or written as a line. The step is
+    the scheduler's count, so a resumed run counts on from its checkpoint."""
+
+    def __init__(self, loss_fn, optimizer, scheduler, steps: int, every: int,
+                 bar: bool, header: str, say):
+        self.loss_fn, self.optimizer, self.scheduler = loss_fn, optimizer, scheduler
+        self.steps, self.every, self.header, self.say = steps, every, header, say
+        self.use_bar, self.bar = bar, None
+        self.total: torch.Tensor | float = 0.0
+        self.count, self.t0 = 0, time.perf_counter()
+
+    @property
+    def step(self) -> int:
+        """The updates finished so far."""
+        return self.scheduler.last_epoch
+
+    def __call__(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        loss = self.loss_fn(logits, target)
+        if not torch.is_grad_enabled():            # not a training update
+            return loss
+        step = self.step + 1                       # the update this loss is for
+        first = bool(self.header)
+        if first:                                  # the first update of this run
+            resumed = f" (resumed at step {step - 1})" if step > 1 else ""
+            self.say(self.header + resumed)
+            self.header = ""
+            if self.use_bar:
+                self.bar = tqdm(total=self.steps, initial=step - 1, ncols=100,
+                                mininterval=1.0, file=sys.stderr)
+        self.total, self.count = self.total + loss.detach(), self.count + 1
+        if first or step % self.every == 0 or step == self.steps:
+            mean = float(self.total) / self.count   # one read-back per interval
+            self.total, self.count = 0.0, 0
+            lr = self.optimizer.param_groups[0]["lr"]
+            if self.bar is not None:
+                self.bar.set_postfix(loss=f"{mean:.3f}", lr=f"{lr:.3g}", refresh=False)
+            else:
+                seconds = time.perf_counter() - self.t0
+                self.say(f"step {step}/{self.steps}: loss {mean:.3f}, lr {lr:.3g}, "
+                         f"{seconds:.0f} s")
+        if self.bar is not None:
+            self.bar.update(1)
+        return loss
+
+    def validate(self, net, loader, amp) -> dict:
+        """chapter 10's ``val_fn``: the validation loss, also written on stderr."""
+        value = evaluate(net, loader, self.loss_fn, amp)
+        self.say(f"step {self.step}/{self.steps}: validation loss {value:.3f}")
+        return {"val_loss": value}
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+__all__ = [
+    'MODEL_DEFAULTS',
+    'MIN_VOCAB',
+    'UsageError',
+    'Interrupted',
+    'device_option',
+    'start_processes',
+    'log_line',
+    'bucket_loader',
+    'Progress',
+]

@@ -1,0 +1,315 @@
+"""Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
+
+Regenerate with ``python tools/export.py``."""
+# digest: 8773bf870f740f97
+# fmt: off
+
+# [book/appendix_cli.ipynb, cell 17]
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import signal
+import tempfile
+import threading
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer
+
+from transformer_lib import (LabelSmoothingLoss, cleanup_distributed, noam_lambda,
+                             train)
+from transformer_lib.corpus import read_parallel
+from transformer_lib.model import Transformer, TransformerConfig
+from transformer_lib.tokenizer import BPETokenizer, encode_pairs
+from transformer_lib.translate import (CHECKPOINT_FILE, CONFIG_FILE, TOKENIZER_FILE,
+                                       TRAINING_FILE, WEIGHTS_FILE, ModelDirError,
+                                       load_config_and_tokenizer,
+                                       save_config_and_tokenizer, save_model_dir)
+from transformer_lib.cli_run import MODEL_DEFAULTS, Interrupted, UsageError
+from transformer_lib.cli_run import bucket_loader, log_line, start_processes
+from transformer_lib.cli_run import Progress
+
+
+# [book/appendix_cli.ipynb, cell 18]
+MODEL_FILES = (CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, CHECKPOINT_FILE,
+               TRAINING_FILE)
+
+
+def _check_out(out: Path, resume: bool, force: bool, rank: int) -> None:
+    """Check ``--out`` before anything is trained. ``--resume``: a directory holding
+    checkpoint.pt. Otherwise a new or empty directory, or one left by a run stopped
+    before its first checkpoint (``--force``: any directory, a model's files there
+    removed), that rank 0 can create and write to."""
+    if out.exists() and not out.is_dir():
+        raise ModelDirError(f"--out {out}: a file, not a directory")
+    held = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    started = set(held) <= {CONFIG_FILE, TOKENIZER_FILE}   # stopped before step 0
+    if resume:
+        if CHECKPOINT_FILE not in held:
+            raise ModelDirError(f"--out {out}: nothing to resume (no {CHECKPOINT_FILE})"
+                                + ("; run without --resume" if started else ""))
+    elif not started and not force:
+        if CONFIG_FILE in held or CHECKPOINT_FILE in held:
+            what = "already holds a model: pass --resume to continue it"
+        else:
+            what = (f"is not empty ({held[0]}{', ...' if len(held) > 1 else ''}) and "
+                    "not a model directory: pass --force to write there")
+        raise ModelDirError(f"--out {out} {what}, or choose another --out")
+    if rank != 0:
+        return
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+        if force and not resume:
+            for name in MODEL_FILES:
+                (out / name).unlink(missing_ok=True)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ModelDirError(f"--out {out}: cannot write there ({reason})") from None
+
+
+def _fingerprint(pairs) -> str:
+    """A short digest of a corpus: a resumed run must read the same pairs."""
+    digest = hashlib.sha256()
+    for pair in pairs:
+        digest.update(f"{pair[0]}\t{pair[1]}\n".encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()[:16]
+
+
+def _write_record(out: Path, record: dict) -> None:
+    """training.json, written atomically (a temporary file, then a rename)."""
+    file = out / TRAINING_FILE
+    temporary = file.with_name(f".{file.name}.tmp")
+    temporary.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    os.replace(temporary, file)
+
+
+def _check_record(out: Path, args, corpus: str) -> None:
+    """On ``--resume``: what training.json says about the run must match this command
+    (the batches depend on the corpus, --batch-tokens and --seed); a run without the
+    record is left to chapter 10's check of the batches per epoch."""
+    file = out / TRAINING_FILE
+    if not file.is_file():
+        return
+    try:
+        record = json.loads(file.read_text(encoding="utf-8"))
+        saved, saved_corpus = record["args"], record.get("corpus")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ModelDirError(f"{file}: damaged ({exc})") from None
+    if saved_corpus is not None and saved_corpus != corpus:
+        raise ModelDirError(f"{file}: the run was trained on another corpus than "
+                            f"--train {' '.join(args.train)}: resume with its own")
+    for name in ("batch_tokens", "seed"):
+        if name in saved and saved[name] != getattr(args, name):
+            option = "--" + name.replace("_", "-")
+            raise ModelDirError(
+                f"{file}: the run was started with {option} {saved[name]}, this "
+                f"command gives {getattr(args, name)}: resume with the same value")
+    if args.warmup is None:
+        args.warmup = saved.get("warmup")
+
+
+# [book/appendix_cli.ipynb, cell 20]
+def _model_config(args, vocab: int) -> TransformerConfig:
+    return TransformerConfig(
+        vocab, vocab, d_model=args.d_model, n_heads=args.n_heads, d_ff=args.d_ff,
+        n_encoder_layers=args.layers, n_decoder_layers=args.layers,
+        dropout=args.dropout, norm_first=args.norm_first, max_len=args.max_len,
+        share_embeddings=True)
+
+
+def _keep_run_config(args, config: TransformerConfig) -> None:
+    """``--resume`` keeps config.json: a model option given with another value is a
+    usage error (it would be ignored); the others take the run's values."""
+    run = {"d_model": config.d_model, "n_heads": config.n_heads,
+           "layers": config.n_encoder_layers, "d_ff": config.d_ff,
+           "dropout": config.dropout, "max_len": config.max_len}
+    for name, value in run.items():
+        given = getattr(args, name)
+        if given is not None and given != value:
+            option = "--" + name.replace("_", "-")
+            raise UsageError(f"{option} {given}: the run in {args.out} has {value} "
+                             f"(--resume keeps its {CONFIG_FILE}): drop the option")
+        setattr(args, name, value)
+    if args.norm_first and not config.norm_first:
+        raise UsageError(f"--norm-first: the run in {args.out} is Post-Norm "
+                         f"(--resume keeps its {CONFIG_FILE}): drop the option")
+    args.norm_first = config.norm_first
+
+
+def _model_setup(args, pairs, rank: int, world: int
+                 ) -> tuple[TransformerConfig, BPETokenizer]:
+    """Rank 0 decides the configuration and the tokenizer (read from ``--out`` on
+    ``--resume``, else trained) and writes them; under torchrun it sends them to the
+    other processes, so that only rank 0 needs ``--out``'s files and all agree."""
+    if rank == 0:
+        if args.resume:
+            config, tokenizer = load_config_and_tokenizer(args.out)
+        else:
+            texts = [s for s, _ in pairs] + [t for _, t in pairs]
+            tokenizer = BPETokenizer.train(texts, vocab_size=args.vocab_size)
+            config = _model_config(args, tokenizer.vocab_size)
+    if world > 1:
+        # every process has checked --out before rank 0 writes to it
+        torch.distributed.barrier()
+        box: list = [None]
+        if rank == 0:
+            box = [(config.to_dict(), tokenizer.tokenizer.to_str())]
+        torch.distributed.broadcast_object_list(box, src=0)
+        if rank != 0:
+            config_dict, tokenizer_json = box[0]
+            config = TransformerConfig.from_dict(config_dict)
+            tokenizer = BPETokenizer(Tokenizer.from_str(tokenizer_json))
+    if args.resume:
+        _keep_run_config(args, config)
+    elif rank == 0:
+        save_config_and_tokenizer(args.out, config, tokenizer)
+    return config, tokenizer
+
+
+# [book/appendix_cli.ipynb, cell 24]
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that chapter 10's ``train`` saves the run."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise _Terminated()
+
+
+def run_train(args) -> int:
+    """``train``: read the corpus, train (or load) the tokenizer, train the model, write
+    the directory. Under torchrun every process runs it; rank 0 alone writes files.
+    Ctrl-C and SIGTERM end it with :class:`Interrupted`."""
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
+    started: list[Progress] = []                 # the run, once training starts
+    try:
+        rank, world, device = start_processes(args.device, args.threads)
+        return _train(args, rank, world, device, started)
+    except KeyboardInterrupt as exc:
+        name, status = ("SIGTERM", 143) if isinstance(exc, _Terminated) else \
+            ("Ctrl-C", 130)
+        checkpoint = Path(args.out) / CHECKPOINT_FILE
+        if started:
+            raise Interrupted(
+                f"interrupted by {name} after step {started[0].step}; {checkpoint} "
+                "holds the run's last checkpoint: continue it with the same command "
+                "and --resume", status) from None
+        raise Interrupted(f"interrupted by {name} before training began; nothing to "
+                          "resume: run the command again", status) from None
+    finally:
+        cleanup_distributed()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+# [book/appendix_cli.ipynb, cell 26]
+def _encode(train_pairs, valid_pairs, tokenizer, max_len: int, say):
+    """The encoded training and validation pairs; too long pairs are skipped with a
+    warning, and a corpus with none left is an error."""
+    encoded, skipped = encode_pairs(train_pairs, tokenizer, max_len)
+    if not encoded:
+        raise ValueError(f"--train: none of the {len(train_pairs)} pairs fits "
+                         f"--max-len {max_len}")
+    if skipped:
+        say(f"warning: skipped {skipped} of {len(train_pairs)} training pairs longer "
+            f"than --max-len {max_len} tokens")
+    if not valid_pairs:
+        return encoded, None
+    val_encoded, skipped = encode_pairs(valid_pairs, tokenizer, max_len)
+    if not val_encoded:
+        raise ValueError(f"--valid: none of the {len(valid_pairs)} pairs fits "
+                         f"--max-len {max_len}")
+    if skipped:
+        say(f"warning: skipped {skipped} of {len(valid_pairs)} validation pairs longer "
+            f"than --max-len {max_len} tokens")
+    return encoded, val_encoded
+
+
+def _fit(*args, **kwargs):
+    """chapter 10's ``train`` without its own progress bar; a loss that turns
+    non-finite also says how to continue with the tool."""
+    try:
+        return train(*args, progress=False, **kwargs)
+    except FloatingPointError as exc:          # chapter 10's NonFiniteError
+        raise ValueError(f"{exc}; with this tool: --resume, with a smaller "
+                         "--lr-factor or a longer --warmup") from None
+
+
+# [book/appendix_cli.ipynb, cell 28]
+def _train(args, rank: int, world: int, device: torch.device,
+           started: list) -> int:
+    out, say = Path(args.out), log_line if rank == 0 else (lambda message: None)
+    checkpoint = out / CHECKPOINT_FILE
+    if len(args.train) > 2 or (args.valid and len(args.valid) > 2):
+        raise ValueError("--train and --valid take one TSV file or two aligned files")
+    for name, value in MODEL_DEFAULTS.items():
+        if getattr(args, name) is None and not args.resume:
+            setattr(args, name, value)
+    _check_out(out, args.resume, args.force, rank)
+    train_pairs = read_parallel(*args.train)
+    valid_pairs = read_parallel(*args.valid) if args.valid else None
+    corpus = _fingerprint(train_pairs)
+    if args.resume:
+        _check_record(out, args, corpus)
+    config, tokenizer = _model_setup(args, train_pairs, rank, world)
+    encoded, val_encoded = _encode(train_pairs, valid_pairs, tokenizer, config.max_len,
+                                   say)
+    torch.manual_seed(args.seed)             # the same initial model in every process
+    model = Transformer(config).to(device)
+    if world > 1:
+        torch.manual_seed(args.seed + rank)       # ... and its own dropout in each
+    loader = bucket_loader(encoded, args.batch_tokens, args.seed)
+    steps = args.steps or (math.ceil(args.epochs * len(loader)) if args.epochs
+                           else 10000)
+    args.warmup = args.warmup or min(4000, max(1, steps // 4))
+    record = {k: v for k, v in vars(args).items() if k != "func"}
+    if rank == 0 and not args.resume:
+        _write_record(out, {"args": record, "corpus": corpus, "steps": 0})
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98),
+                                 eps=1e-9)
+    schedule = noam_lambda(config.d_model, args.warmup, args.lr_factor)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    n_params = sum(p.numel() for p in model.parameters())
+    where = f"{world} processes on {device.type}" if world > 1 else str(device)
+    header = (f"{len(encoded)} training pairs, vocabulary {tokenizer.vocab_size}, "
+              f"{n_params:,} parameters, {steps} steps (warm-up {args.warmup}) "
+              f"on {where}")
+    amp = None if args.precision == "fp32" else args.precision
+    every = max(1, min(100 if args.no_progress else 10, steps // 10))
+    progress = Progress(LabelSmoothingLoss(args.label_smoothing, config.pad_id),
+                         optimizer, scheduler, steps, every,
+                         bar=not args.no_progress and rank == 0, header=header, say=say)
+    started.append(progress)
+    val_loader = None
+    if val_encoded:
+        val_loader = bucket_loader(val_encoded, args.batch_tokens, args.seed,
+                                   shuffle=False)
+    try:
+        history = _fit(model, loader, optimizer, scheduler, progress, steps=steps,
+                       val_every=args.val_every, clip_norm=args.clip_norm, amp=amp,
+                       val_fn=(lambda net: progress.validate(net, val_loader, amp))
+                       if val_loader is not None else None,
+                       log_every=every, checkpoint_path=str(checkpoint),
+                       checkpoint_every=args.checkpoint_every,
+                       resume_from=str(checkpoint) if args.resume else None)
+    finally:
+        progress.close()
+    loss = history.loss[-1] if history.loss else None
+    val_loss = history.val[-1].get("val_loss") if history.val else None
+    if rank == 0:
+        save_model_dir(out, model.cpu(), tokenizer, args=record, corpus=corpus,
+                       steps=history.last_step, loss=loss, val_loss=val_loss,
+                       world_size=world)
+    shown = (("train", loss), ("valid", val_loss))
+    losses = "".join(f", {k} loss {v:.3f}" for k, v in shown if v is not None)
+    say(f"step {history.last_step}/{steps}{losses}; {history.seconds:.1f} s; "
+        f"model written to {out}")
+    return 0
+
+
+__all__ = ['MODEL_FILES', 'run_train']

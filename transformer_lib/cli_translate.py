@@ -1,0 +1,117 @@
+"""Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
+
+Regenerate with ``python tools/export.py``."""
+# digest: 953b8b3358ce79f1
+# fmt: off
+
+# [book/appendix_cli.ipynb, cell 30]
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+from transformer_lib.translate import load_model_dir, translate_lines
+from transformer_lib.cli_run import UsageError, device_option, log_line
+
+
+def _read_inputs(inputs) -> list[tuple[str, int, str]]:
+    """(where, line number, text) of every input line; a file that is not UTF-8,
+    standard input included, is an error naming it and the line."""
+    lines: list[tuple[str, int, str]] = []
+    for name in inputs or ["-"]:
+        if name == "-":
+            where, stream = "<stdin>", sys.stdin
+            buffer = getattr(stream, "buffer", None)
+            data = buffer.read() if buffer is not None else stream.read()
+        else:
+            path, where = Path(name), name
+            if not path.is_file():
+                raise FileNotFoundError(f"{path}: no such input file")
+            data = path.read_bytes()
+        if isinstance(data, bytes):
+            raw = data
+            try:
+                data = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                line = raw[:exc.start].count(b"\n") + 1
+                raise ValueError(f"{where}:{line}: not valid UTF-8 ({exc.reason}, byte "
+                                 f"{raw[exc.start]:#04x})") from None
+        texts = data.split("\n")                   # numbered as editors number lines
+        if texts[-1] == "":
+            texts.pop()
+        lines += [(where, i, text.removesuffix("\r"))
+                  for i, text in enumerate(texts, 1)]
+    return lines
+
+
+def _sampling_options(args) -> dict:
+    """The decoder's options; one given for another decoder is a usage error."""
+    unused = [f"--{name.replace('_', '-')}"
+              for name in ("temperature", "top_k", "top_p", "seed")
+              if getattr(args, name) is not None]
+    if unused and not args.sample:
+        raise UsageError(f"{', '.join(unused)}: only with --sample (without it, "
+                         "ignored)")
+    if args.length_penalty is not None and args.beam == 1:
+        raise UsageError("--length-penalty: only with --beam K > 1 (without it, "
+                         "ignored)")
+
+    def given(name, default):
+        value = getattr(args, name)
+        return default if value is None else value
+
+    return {"length_penalty": given("length_penalty", 0.6),
+            "temperature": given("temperature", 1.0), "top_k": given("top_k", 0),
+            "top_p": given("top_p", 1.0), "seed": given("seed", 0)}
+
+
+# [book/appendix_cli.ipynb, cell 32]
+def _too_long(lines, tokenizer, max_len: int, truncate: bool, say) -> None:
+    """A line of more than the model's ``max_len`` tokens is an error naming it, or
+    with ``--truncate`` a warning (``translate_lines`` keeps its first tokens)."""
+    long = [(where, i, n) for where, i, text in lines
+            if (n := len(tokenizer.encode(text.strip()))) > max_len]
+    if not long:
+        return
+    where, i, n = long[0]
+    more = f" (and {len(long) - 1} more lines)" if len(long) > 1 else ""
+    if not truncate:
+        raise ValueError(f"{where}:{i}: {n} tokens, more than the model's max_len "
+                         f"{max_len}{more}; split it, or pass --truncate")
+    say(f"warning: {where}:{i}: {n} tokens, only the first {max_len} translated{more}")
+
+
+def run_translate(args) -> int:
+    """``translate``: load the model directory, translate every input line, write one
+    line each."""
+    options = _sampling_options(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, tokenizer = load_model_dir(args.model, device_option(args.device))
+    limit = model.config.max_len
+    if args.max_len is not None and args.max_len > limit:
+        raise UsageError(f"--max-len {args.max_len}: the model in {args.model} "
+                         f"handles at most {limit} tokens")
+    lines = _read_inputs(args.inputs)
+    _too_long(lines, tokenizer, limit, args.truncate, log_line)
+    translations = translate_lines(
+        model, tokenizer, [text for _, _, text in lines], beam=args.beam,
+        sampling=args.sample, batch_size=args.batch_size, max_len=args.max_len,
+        precision=args.precision, on_too_long="truncate" if args.truncate else "error",
+        **options)
+    text = "".join(t + "\n" for t in translations)
+    if args.output:
+        try:
+            Path(args.output).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            raise OSError(f"--output {args.output}: cannot write ({reason})") from None
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    return 0
+
+
+__all__ = ['run_translate']
