@@ -15,7 +15,7 @@ help:
 	@echo "              then check every page in headless Chromium (make check-pages)"
 	@echo "make test   - set up .venv, check the export, run pytest on tests/ and nbval on every chapter"
 	@echo "make export - regenerate transformer_lib/ from the chapters"
-	@echo "make lint   - ruff (library, tests, tools, benchmarks, notebooks) and mypy (library) alone"
+	@echo "make lint   - ruff (library, tests, tools, benchmarks, notebooks), mypy (library) and the prose check"
 	@echo "make test-deep - the property tests, three runs with fresh seeds and ten times the examples"
 	@echo "make bench  - run the benchmarks (ratios against PyTorch's own modules)"
 
@@ -59,11 +59,13 @@ test-notebooks: check
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile --nbval-lax --nbval-current-env book/
 
 # ruff over the library, tests, tools, benchmarks and notebooks; the notebooks' code (and so the modules
-# exported from it) must also fit the book's code column of 88 characters; mypy over transformer_lib.
+# exported from it) must also fit the book's code column of 88 characters; mypy over transformer_lib;
+# tools/check_prose.py: no measured figure typed by hand in the prose.
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff check --line-length 88 --select E501 book/*.ipynb transformer_lib
 	$(BIN)/mypy
+	$(BIN)/python tools/check_prose.py
 
 test: lint test-lib test-notebooks
 
