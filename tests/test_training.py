@@ -21,13 +21,13 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from transformer_lib.batching import PadCollate, PairDataset, TokenBucketSampler, copy_task
+from transformer_lib.batching import PadCollate, PairDataset
 from transformer_lib.checkpoint import CheckpointError
 from transformer_lib.distributed import gather_objects, is_distributed, rank, world_size
 from transformer_lib.evaluation import amp_dtype, evaluate, exact_match
 from transformer_lib.interrupts import Interrupts
 from transformer_lib.loss import LabelSmoothingLoss
-from transformer_lib.model import Transformer, TransformerConfig
+from transformer_lib.model import TransformerConfig
 from transformer_lib.schedule import noam_lambda
 from transformer_lib.train_config import TrainConfig
 from transformer_lib.training import train
@@ -277,18 +277,7 @@ def test_amp_names():
 
 # ---------------------------------------------------------------- the loop
 
-def _setup(seed=0, dropout=0.1):
-    torch.manual_seed(seed)
-    V = 11
-    data = PairDataset(copy_task(40, vocab_size=V, min_len=2, max_len=5, seed=1))
-    loader = torch.utils.data.DataLoader(data, batch_sampler=TokenBucketSampler(data.lengths, 60, seed=2),
-                                         collate_fn=PadCollate())
-    cfg = TransformerConfig(V, V, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=32,
-                            dropout=dropout, max_len=16)
-    model = Transformer(cfg)
-    opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, noam_lambda(16, 5))
-    return model, loader, opt, sched
+from test_checkpoint import _setup  # noqa: E402  one builder of the tiny run for both files
 
 
 def test_train_lowers_the_loss_and_records_history():

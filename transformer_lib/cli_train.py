@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 8773bf870f740f97
+# digest: 8b4f56b6cf26f847
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell 17]
@@ -211,23 +211,19 @@ def run_train(args) -> int:
 def _encode(train_pairs, valid_pairs, tokenizer, max_len: int, say):
     """The encoded training and validation pairs; too long pairs are skipped with a
     warning, and a corpus with none left is an error."""
-    encoded, skipped = encode_pairs(train_pairs, tokenizer, max_len)
-    if not encoded:
-        raise ValueError(f"--train: none of the {len(train_pairs)} pairs fits "
-                         f"--max-len {max_len}")
-    if skipped:
-        say(f"warning: skipped {skipped} of {len(train_pairs)} training pairs longer "
-            f"than --max-len {max_len} tokens")
-    if not valid_pairs:
-        return encoded, None
-    val_encoded, skipped = encode_pairs(valid_pairs, tokenizer, max_len)
-    if not val_encoded:
-        raise ValueError(f"--valid: none of the {len(valid_pairs)} pairs fits "
-                         f"--max-len {max_len}")
-    if skipped:
-        say(f"warning: skipped {skipped} of {len(valid_pairs)} validation pairs longer "
-            f"than --max-len {max_len} tokens")
-    return encoded, val_encoded
+    def fitting(pairs, option: str, kind: str):
+        kept, skipped = encode_pairs(pairs, tokenizer, max_len)
+        if not kept:
+            raise ValueError(f"{option}: none of the {len(pairs)} pairs fits "
+                             f"--max-len {max_len}")
+        if skipped:
+            say(f"warning: skipped {skipped} of {len(pairs)} {kind} pairs longer "
+                f"than --max-len {max_len} tokens")
+        return kept
+
+    encoded = fitting(train_pairs, "--train", "training")
+    valid = fitting(valid_pairs, "--valid", "validation") if valid_pairs else None
+    return encoded, valid
 
 
 def _fit(*args, **kwargs):
