@@ -1,7 +1,7 @@
 """Generated from book/11_decoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 25ae9e47cf7a3398
+# digest: 5fc0a22cd3ee9dc6
 # fmt: off
 
 # [book/11_decoding.ipynb, cell 25]
@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from transformer_lib.checks import check_float, check_int
-from transformer_lib.decoding import DecodingConfig, Seq2SeqModel, Stepper
+from transformer_lib.decoding import DecodingConfig, Seq2SeqModel, make_stepper
 from transformer_lib.decoding import check_max_len, check_model, check_src
 from transformer_lib.decoding import decoding_mode
 
@@ -190,7 +190,7 @@ def beam_search(model: Seq2SeqModel, src: torch.Tensor, beam_size: int = 4,
         return logp / length_penalty_factor(t + int(count_bos), alpha, length_norm)
 
     with decoding_mode(model):
-        stepper = Stepper(model, src, bool(use_cache))
+        stepper = make_stepper(model, src, bool(use_cache))
         beams = _Beams(c, src.size(0), k, max_len, score, src.device)
         for t in range(1, max_len + 1):                  # t tokens after this step
             index = beams.advance(stepper.step(beams.ys), t)

@@ -1,7 +1,7 @@
 """Generated from book/11_decoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 82bd7349cfcdf251
+# digest: 8dc64a1b18b4a949
 # fmt: off
 
 # [book/11_decoding.ipynb, cell 11]
@@ -31,7 +31,8 @@ class DecodingConfig(Protocol):
 class Seq2SeqModel(Protocol):
     """What the decoders need from a model: a ``config``, ``encode``, ``decode`` with an
     optional cache, and ``new_cache``. A :class:`~transformer_lib.model.Transformer` has
-    them; so may a class of your own, which need not derive from it (duck typing)."""
+    them; so may a class of your own, which need not derive from it (duck typing). A
+    model may instead bring its own stepper (see :func:`make_stepper`)."""
 
     @property
     def config(self) -> DecodingConfig: ...
@@ -46,6 +47,16 @@ class Seq2SeqModel(Protocol):
     def new_cache(self) -> Any: ...
 
 
+class DecodingStepper(Protocol):
+    """What the decoding loops call once per step: ``step(ys)``, prefixes (N, t) that
+    start with bos -> the next token's logits (N, V), float32, with pad and bos at -inf;
+    ``reorder(index)``, keep rows ``index`` (the beams that survive a step)."""
+
+    def step(self, ys: torch.Tensor) -> torch.Tensor: ...
+
+    def reorder(self, index: torch.Tensor) -> None: ...
+
+
 # [book/11_decoding.ipynb, cell 13]
 _CONFIG_FIELDS = ("src_vocab_size", "tgt_vocab_size", "max_len", "pad_id", "bos_id",
                   "eos_id")
@@ -53,12 +64,14 @@ _CONFIG_FIELDS = ("src_vocab_size", "tgt_vocab_size", "max_len", "pad_id", "bos_
 
 def check_model(model: Any) -> None:
     """Raise TypeError, naming what is missing, unless ``model`` has the members of
-    :class:`Seq2SeqModel` (duck typing: it need not derive from any class); ValueError
-    unless its pad, bos and eos ids differ (bos = eos: decoding would stop at once or
-    never; pad = eos: eos could never be generated; pad = bos: the output's bos would
-    read as padding)."""
+    :class:`Seq2SeqModel` (duck typing: it need not derive from any class), or a
+    ``stepper`` method of its own and the config; ValueError unless eos differs from pad
+    and bos (bos = eos: decoding would stop at once or never; pad = eos: eos could never
+    be generated). pad = bos is allowed: Marian models start the decoder from the pad
+    token, and the loops never read the first column as padding."""
+    own_stepper = callable(getattr(model, "stepper", None))
     missing = [name for name in ("encode", "decode", "new_cache")
-               if not callable(getattr(model, name, None))]
+               if not own_stepper and not callable(getattr(model, name, None))]
     config = getattr(model, "config", None)
     missing += [f"config.{name}" for name in _CONFIG_FIELDS
                 if not isinstance(getattr(config, name, None), int)]
@@ -67,10 +80,10 @@ def check_model(model: Any) -> None:
                         f"integer {', '.join(_CONFIG_FIELDS)} (see Seq2SeqModel); "
                         f"{type(model).__name__} lacks {', '.join(missing)}")
     ids = {name: getattr(config, name) for name in ("pad_id", "bos_id", "eos_id")}
-    if len(set(ids.values())) < 3:
+    if ids["eos_id"] in (ids["pad_id"], ids["bos_id"]):
         named = ", ".join(f"{name}={value}" for name, value in ids.items())
-        raise ValueError(f"model.config's pad_id, bos_id and eos_id must differ, got "
-                         f"{named}")
+        raise ValueError(f"model.config's eos_id must differ from its pad_id and "
+                         f"bos_id, got {named}")
 
 
 def check_src(model: Seq2SeqModel, src: Any) -> torch.Tensor:
@@ -157,12 +170,24 @@ class Stepper:
             self.cache.reorder(index)
 
 
+def make_stepper(model: Seq2SeqModel, src: torch.Tensor,
+                 use_cache: bool = True) -> DecodingStepper:
+    """The stepper for a checked ``src`` on the model's device: the model's own when it
+    has a ``stepper(src, use_cache)`` method (a decoder-only model continuing a prompt,
+    chapter 13), else a :class:`Stepper`. Every decoding loop goes through here."""
+    own = getattr(model, "stepper", None)
+    if callable(own):
+        return own(src, use_cache)
+    return Stepper(model, src, use_cache)
+
+
 def start_decoding(model: Seq2SeqModel, src: torch.Tensor,
-                   use_cache: bool = True) -> Stepper:
+                   use_cache: bool = True) -> DecodingStepper:
     """Check ``model`` and ``src`` (B, S), encode the source once on the model's device,
-    and return the :class:`Stepper` that decodes it (inside :func:`decoding_mode`)."""
+    and return the stepper that decodes it (:func:`make_stepper`; use it inside
+    :func:`decoding_mode`)."""
     check_model(model)
-    return Stepper(model, check_src(model, src), bool(use_cache))
+    return make_stepper(model, check_src(model, src), bool(use_cache))
 
 
 # [book/11_decoding.ipynb, cell 17]
@@ -194,7 +219,7 @@ def decode_with(model: Seq2SeqModel, src: torch.Tensor, max_len: int,
     max_len = check_max_len(model, max_len)
     c = model.config
     with decoding_mode(model):
-        stepper = Stepper(model, src, bool(use_cache))
+        stepper = make_stepper(model, src, bool(use_cache))
         B = src.size(0)
         dev = src.device
         ys = torch.full((B, 1), c.bos_id, dtype=torch.long, device=dev)   # (B, 1)
@@ -213,11 +238,13 @@ def decode_with(model: Seq2SeqModel, src: torch.Tensor, max_len: int,
 __all__ = [
     'DecodingConfig',
     'Seq2SeqModel',
+    'DecodingStepper',
     'check_model',
     'check_src',
     'check_max_len',
     'decoding_mode',
     'Stepper',
+    'make_stepper',
     'start_decoding',
     'greedy_decode',
     'decode_with',
