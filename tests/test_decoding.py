@@ -764,3 +764,83 @@ def test_pad_equal_to_bos_is_accepted_but_eos_must_differ():
     model.config.eos_id = 0
     with pytest.raises(ValueError, match="eos_id must differ"):
         greedy_decode(model, torch.tensor([[1, 2]]), 4)
+
+
+def test_beam_search_with_pad_equal_to_bos_keeps_the_final_eos():
+    """pad = bos: the returned ids are cut to the longest hypothesis counted after the first column (which
+    is pad as well as bos), so the final eos is kept (it was cut off when bos was counted as padding)."""
+    model = _OwnStepperModel()
+    src = torch.tensor([[1, 2], [3, 4]])
+    assert beam_search(model, src, beam_size=2, max_len=8).tolist() == [[0, 1, 2, 3, 4, 5]] * 2
+    assert torch.equal(beam_search(model, src, beam_size=1, max_len=8), greedy_decode(model, src, 8))
+
+
+_HF_PAD, _HF_EOS, _HF_V = 39, 0, 40                  # Marian's layout: eos 0, pad = decoder start = last id
+
+
+class _HFStepper:
+    """Next-token logits of a transformers seq2seq model, the whole prefix recomputed at every step."""
+
+    def __init__(self, hf, src):
+        self.hf, self.src = hf, src
+
+    def step(self, ys):
+        logits = self.hf(input_ids=self.src, attention_mask=(self.src != _HF_PAD).long(),
+                         decoder_input_ids=ys).logits[:, -1].float()
+        logits[:, _HF_PAD] = float("-inf")                                         # pad = bos: never generated
+        return logits
+
+    def reorder(self, index):
+        self.src = self.src.index_select(0, index)
+
+
+class _HFModel:
+    def __init__(self, hf):
+        self.hf = hf
+        self.config = SimpleNamespace(src_vocab_size=_HF_V, tgt_vocab_size=_HF_V, max_len=64, pad_id=_HF_PAD,
+                                      bos_id=_HF_PAD, eos_id=_HF_EOS)
+
+    def stepper(self, src, use_cache):
+        return _HFStepper(self.hf, src)
+
+
+@pytest.mark.parametrize("seed, k, alpha, eos_bias", [
+    (0, 2, 0.0, 0.0), (1, 3, 0.6, 0.04), (2, 4, 1.0, 0.08), (3, 2, 2.0, 0.12), (5, 4, 0.6, 0.2),
+    (6, 2, 1.0, 0.24)])
+def test_power_norm_without_bos_is_hugging_faces_beam_search(seed, k, alpha, eos_bias):
+    """length_norm="power", count_bos=False, early_stopping=False is transformers' `generate(num_beams=k,
+    length_penalty=alpha)` on a tiny random MarianMTModel: the same k best hypotheses and scores
+    (sum of log-probs / generated_len ** alpha, eos counted, the decoder start not; the same stop heuristic),
+    whether the search stops early or runs to max_len. Two defaults of `generate` are aligned first: its
+    logits processors act after the log-softmax, so banning pad there leaves the other probabilities
+    unnormalised (here a processor bans pad and renormalises, as beam_search does), and a config's
+    `forced_eos_token_id` forces eos at the last step (switched off here)."""
+    transformers = pytest.importorskip("transformers")
+
+    class BanPadRenormalised(transformers.LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            scores = scores.clone()
+            scores[:, _HF_PAD] = float("-inf")
+            return torch.log_softmax(scores, dim=-1)
+
+    torch.manual_seed(seed)
+    cfg = transformers.MarianConfig(
+        vocab_size=_HF_V, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
+        pad_token_id=_HF_PAD, eos_token_id=_HF_EOS, decoder_start_token_id=_HF_PAD, forced_eos_token_id=None)
+    hf = transformers.MarianMTModel(cfg).eval()
+    hf.generation_config.forced_eos_token_id = None
+    with torch.no_grad():
+        hf.final_logits_bias[0, _HF_EOS] = eos_bias                   # outputs from 2 tokens to max_len
+    src = torch.randint(1, _HF_PAD, (3, 6))
+    src[:, -1] = _HF_EOS
+    src[2, 3], src[2, 4:] = _HF_EOS, _HF_PAD
+    with torch.no_grad():
+        out = hf.generate(src, attention_mask=(src != _HF_PAD).long(), num_beams=k, max_new_tokens=16,
+                          length_penalty=alpha, early_stopping=False, num_return_sequences=k,
+                          logits_processor=transformers.LogitsProcessorList([BanPadRenormalised()]),
+                          output_scores=True, return_dict_in_generate=True)
+    ids, scores = beam_search(_HFModel(hf), src, beam_size=k, max_len=16, length_penalty=alpha,
+                              length_norm="power", count_bos=False, early_stopping=False, n_best=k)
+    assert torch.equal(out.sequences.view(3, k, -1), ids)
+    assert torch.allclose(out.sequences_scores.view(3, k), scores, atol=1e-4)

@@ -1,10 +1,10 @@
 """Generated from book/11_decoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 8dc64a1b18b4a949
+# digest: 6a8d22de45e1b64b
 # fmt: off
 
-# [book/11_decoding.ipynb, cell 11]
+# [book/11_decoding.ipynb, cell 13]
 from __future__ import annotations
 
 import contextlib
@@ -57,7 +57,7 @@ class DecodingStepper(Protocol):
     def reorder(self, index: torch.Tensor) -> None: ...
 
 
-# [book/11_decoding.ipynb, cell 13]
+# [book/11_decoding.ipynb, cell 15]
 _CONFIG_FIELDS = ("src_vocab_size", "tgt_vocab_size", "max_len", "pad_id", "bos_id",
                   "eos_id")
 
@@ -112,7 +112,7 @@ def check_max_len(model: Seq2SeqModel, max_len: Any) -> int:
     return max_len
 
 
-# [book/11_decoding.ipynb, cell 15]
+# [book/11_decoding.ipynb, cell 17]
 @contextlib.contextmanager
 def decoding_mode(model: Seq2SeqModel) -> Iterator[None]:
     """Eval mode (no dropout) and no autograd while decoding: ``with
@@ -190,7 +190,7 @@ def start_decoding(model: Seq2SeqModel, src: torch.Tensor,
     return make_stepper(model, check_src(model, src), bool(use_cache))
 
 
-# [book/11_decoding.ipynb, cell 17]
+# [book/11_decoding.ipynb, cell 19]
 def greedy_decode(model: Seq2SeqModel, src: torch.Tensor, max_len: int,
                   use_cache: bool = True) -> torch.Tensor:
     """Greedy decoding of a batch: each sentence takes its most probable next token.
