@@ -9,6 +9,7 @@ STAMP  := $(VENV)/.installed
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 .PHONY: setup browser export check lint test test-deep test-lib test-notebooks book check-pages bench clean help
+.PHONY: gpu-check test-gpu-check-dry
 
 help:
 	@echo "make book   - set up .venv, check the export, execute every chapter, build the HTML into _build/html,"
@@ -18,6 +19,8 @@ help:
 	@echo "make lint   - ruff (library, tests, tools, benchmarks, notebooks), mypy (library) and the prose check"
 	@echo "make test-deep - the property tests, three runs with fresh seeds and ten times the examples"
 	@echo "make bench  - run the benchmarks (ratios against PyTorch's own modules)"
+	@echo "make gpu-check - on a CUDA GPU: train, profile and time the base model, and record the output"
+	@echo "              in benchmarks/results/gpu_check.txt (make test runs it on the CPU with --dry-run)"
 
 setup: $(STAMP)
 
@@ -32,9 +35,10 @@ $(STAMP): requirements.txt pyproject.toml
 	@$(MAKE) --no-print-directory browser
 	touch $(STAMP)
 
-# The page check (make check-pages) drives Debian's chromium. Setup installs it with apt-get when it is
-# missing (as root, or through sudo -n); where that is impossible it says so and the page check later
-# fails with the command to run. Nothing else in the project installs system packages.
+# The page check (make check-pages) drives Debian's chromium, and the Chinese and Japanese of chapter 12's
+# figures and of the pages need a CJK font (Debian's fonts-noto-cjk). Setup installs both with apt-get when
+# they are missing (as root, or through sudo -n); where that is impossible it says so, and chapter 12 or
+# the page check later fails with the command to run. Nothing else in the project installs system packages.
 browser:
 	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ] || sudo -n true 2>/dev/null; then \
@@ -45,6 +49,15 @@ browser:
 	       apt-get install -y -qq --no-install-recommends chromium >/dev/null; } \
 	  || echo "warning: could not install chromium; make check-pages needs it (sudo apt-get install chromium)"; \
 	else echo "warning: chromium is missing and apt-get needs root: run 'sudo apt-get install chromium'"; fi
+	@if fc-list ':family=Noto Sans CJK JP' 2>/dev/null | grep -q .; then :; \
+	elif [ "$$(id -u)" = 0 ] || sudo -n true 2>/dev/null; then \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
+	  echo "installing Debian's fonts-noto-cjk for the Chinese and Japanese of chapter 12 (apt-get)"; \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends fonts-noto-cjk >/dev/null \
+	  || { $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive \
+	       apt-get install -y -qq --no-install-recommends fonts-noto-cjk >/dev/null; } \
+	  || echo "warning: could not install fonts-noto-cjk; chapter 12 needs it (sudo apt-get install fonts-noto-cjk)"; \
+	else echo "warning: fonts-noto-cjk is missing and apt-get needs root: run 'sudo apt-get install fonts-noto-cjk'"; fi
 
 export: $(STAMP)
 	$(BIN)/python tools/export.py
@@ -69,6 +82,19 @@ lint: $(STAMP)
 
 test: lint test-lib test-notebooks
 
+# The GPU check's code paths on the CPU at tiny sizes, so that the script cannot rot between GPU runs; the
+# assertions that need CUDA are skipped and listed at the end of its output. make test runs it through
+# tests/test_gpu_check.py (which also checks its --record file); this target shows its output.
+test-gpu-check-dry: check
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/gpu_check.py --dry-run
+
+# On a CUDA machine: the base model trained in bf16 and fp16, the fused attention kernels, tokens/s and MFU
+# against nn.Transformer, decoding speed and synchronisations, memory, torch.compile; asserts what it can and
+# writes its output, with the date and the GPU, to benchmarks/results/gpu_check.txt (commit it: the book's
+# introduction points to it).
+gpu-check: check
+	$(BIN)/python benchmarks/gpu_check.py --record
+
 # The property tests only, three runs with fresh seeds and ten times their usual number of examples each
 # (tests/conftest.py): a property that holds only for lucky inputs fails here.
 test-deep: check
@@ -89,7 +115,7 @@ check-pages: $(STAMP)
 	$(BIN)/python tools/check_pages.py _build/html
 
 bench: $(STAMP)
-	@for f in $(filter-out benchmarks/common.py,$(wildcard benchmarks/*.py)); do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+	@for f in $(filter-out benchmarks/common.py benchmarks/gpu_check.py,$(wildcard benchmarks/*.py)); do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
 clean:
 	rm -rf _build .pytest_cache

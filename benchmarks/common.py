@@ -51,3 +51,51 @@ def add_timing_args(parser, repeat: int = 5, rounds: int = 3) -> None:
 def apply_threads(args) -> None:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
+
+
+# Peak dense (no sparsity) 16-bit tensor-core throughput, TFLOP/s, bf16 = fp16 with fp32 accumulation, from the
+# vendor's data sheets; the first entry whose key is in torch.cuda.get_device_name() wins (so the order matters:
+# "H100 PCIe" before "H100", "A100" before "A10", "L40S" before "L40" before "L4"). V100 and T4: fp16 only. None:
+# no published figure (pass --peak-tflops).
+PEAK_TFLOPS: list[tuple[str, float | None]] = [
+    ("B200", 2250.0), ("H200 NVL", 835.0), ("H200", 989.4), ("H100 PCIe", 756.0), ("H100 NVL", 835.0),
+    ("H100", 989.4), ("H800", 989.4), ("A100", 312.0), ("A800", 312.0), ("L40S", 362.05), ("L40", 181.05),
+    ("L4", 121.0), ("A10G", None), ("A10", 125.0), ("RTX 6000 Ada", 364.25), ("RTX A6000", 154.8),
+    ("RTX 4090", 165.2), ("RTX 3090", 71.0), ("V100-PCIE", 112.0), ("V100", 125.0), ("T4", 65.0),
+]
+
+
+def peak_tflops(device_name: str) -> float | None:
+    """The 16-bit tensor-core peak of the GPU called ``device_name`` (TFLOP/s), None when the table has none."""
+    for key, tflops in PEAK_TFLOPS:
+        if key in device_name:
+            return tflops
+    return None
+
+
+def largest_batch(fits: Callable[[int], bool], start: int = 1, limit: int = 1 << 16) -> tuple[int, list[int]]:
+    """The largest n in [1, limit] with ``fits(n)`` true, for a ``fits`` that is true up to some n and false
+    after (a batch that fits in memory): doubling from ``start`` until one does not fit, then bisection.
+    Returns (n, the sizes tried, in order); n is 0 when even 1 does not fit, ``limit`` when it fits."""
+    tried: list[int] = []
+
+    def attempt(n: int) -> bool:
+        tried.append(n)
+        return fits(n)
+
+    lo, hi, n = 0, None, max(1, min(start, limit))       # lo fits (0 trivially), hi does not
+    while hi is None:
+        if attempt(n):
+            lo = n
+            if n == limit:
+                return limit, tried
+            n = min(2 * n, limit)
+        else:
+            hi = n
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if attempt(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo, tried

@@ -1,7 +1,7 @@
 """Generated from book/01_embedding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: d7130c01e2715e3b
+# digest: e66d44348a1954ce
 # fmt: off
 
 # [book/01_embedding.ipynb, cell 8]
@@ -90,9 +90,10 @@ def check_token_ids(ids: torch.Tensor, vocab_size: int | None, name: str = "ids"
     dimensions, if given; ``vocab_size=None`` skips the range check).
 
     On the CPU the range is checked at once and the error gives the offending values. On
-    a GPU the check is queued on the device (``torch._assert_async``) instead of read
-    back: no synchronisation, and a bad id still stops the program, at the next
-    synchronisation, instead of reading another token's row.
+    a GPU, and inside ``torch.compile``, the check is queued on the device
+    (``torch._assert_async``) instead of read back: no synchronisation and no graph
+    break, and a bad id still stops the program, at the next synchronisation, instead of
+    reading another token's row.
     """
     if not isinstance(ids, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of token ids, "
@@ -106,7 +107,7 @@ def check_token_ids(ids: torch.Tensor, vocab_size: int | None, name: str = "ids"
     if vocab_size is None or not ids.numel():
         return
     vocab = f"the vocabulary [0, {vocab_size})"
-    if ids.device.type != "cpu":
+    if ids.device.type != "cpu" or torch.compiler.is_compiling():
         ok = ((ids >= 0) & (ids < vocab_size)).all()
         torch._assert_async(ok, f"{name} holds token ids outside {vocab}")
         return
