@@ -386,3 +386,112 @@ def test_a_bad_mask_leaves_the_cache_as_it_was():
     assert cache["k"] is k_before
     out = mha(step, step, step, torch.ones(2, 1, 1, 4, dtype=torch.bool), cache=cache)
     assert out.shape == (2, 1, 8) and cache["k"].size(2) == 4
+
+
+# --- grouped-query attention (n_kv_heads, chapter 13) --------------------------------------------------------
+
+def _widened(gqa: MultiHeadAttention) -> MultiHeadAttention:
+    """An ordinary n_heads layer whose W_k, W_v (and biases) repeat each kv head's rows for its group: the
+    grouped layer's formula written another way."""
+    d, h, g, d_k = gqa.d_model, gqa.n_heads, gqa.n_kv_heads, gqa.d_k
+    full = MultiHeadAttention(d, h, bias=gqa.in_proj.bias is not None).eval()
+
+    def widen(w):
+        return w.view(g, d_k, *w.shape[1:]).repeat_interleave(h // g, 0).flatten(0, 1)
+
+    with torch.no_grad():
+        wq, wk, wv = gqa.in_proj.weight.split([d, g * d_k, g * d_k])
+        full.in_proj.weight.copy_(torch.cat([wq, widen(wk), widen(wv)]))
+        if gqa.in_proj.bias is not None:
+            bq, bk, bv = gqa.in_proj.bias.split([d, g * d_k, g * d_k])
+            full.in_proj.bias.copy_(torch.cat([bq, widen(bk), widen(bv)]))
+        full.out_proj.load_state_dict(gqa.out_proj.state_dict())
+    return full
+
+
+@SETTINGS
+@given(h_g=st.sampled_from([(4, 4), (4, 2), (4, 1), (6, 3), (8, 2)]), d_k=st.sampled_from([2, 4, 8]),
+       B=st.integers(1, 3), Lq=st.integers(1, 6), Lk=st.integers(1, 6), seed=st.integers(0, 2**16),
+       cross=st.booleans(), need_weights=st.booleans())
+def test_grouped_query_attention_equals_heads_with_repeated_kv_weights(h_g, d_k, B, Lq, Lk, seed, cross,
+                                                                      need_weights):
+    h, g = h_g
+    torch.manual_seed(seed)
+    gqa = MultiHeadAttention(h * d_k, h, n_kv_heads=g).eval()
+    with torch.no_grad():
+        gqa.in_proj.bias.uniform_(-0.2, 0.2)
+    full = _widened(gqa)
+    x = torch.randn(B, Lq, h * d_k)
+    kv = torch.randn(B, Lk, h * d_k) if cross else x
+    mask = torch.rand(B, 1, Lq, kv.size(1)) < 0.7
+    ours = gqa(x, kv, kv, mask, need_weights=need_weights)
+    ref = full(x, kv, kv, mask, need_weights=need_weights)
+    if need_weights:
+        torch.testing.assert_close(ours[1], ref[1], atol=1e-6, rtol=1e-5)
+        ours, ref = ours[0], ref[0]
+    torch.testing.assert_close(ours, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_n_kv_heads_equal_to_n_heads_is_the_old_layer():
+    torch.manual_seed(0)
+    old = MultiHeadAttention(32, 4)
+    new = MultiHeadAttention(32, 4, n_kv_heads=4)
+    assert [(k, v.shape) for k, v in new.state_dict().items()] == \
+        [(k, v.shape) for k, v in old.state_dict().items()]
+    new.load_state_dict(old.state_dict())
+    x, m = torch.randn(2, 5, 32), torch.randn(2, 7, 32)
+    assert torch.equal(new(x, x, x), old(x, x, x))
+    assert torch.equal(new(x, m, m), old(x, m, m))
+
+
+@pytest.mark.parametrize("g", [4, 2, 1])
+def test_the_cache_holds_only_the_kv_heads_and_equals_the_full_pass(g):
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(32, 4, n_kv_heads=g).eval()
+    x = torch.randn(2, 6, 32)
+    causal = torch.ones(6, 6, dtype=torch.bool).tril()
+    full = mha(x, x, x, causal)
+    cache: dict = {}
+    steps = []
+    for t in range(6):
+        y = x[:, t:t + 1]                                   # self-attention: query is key is value
+        steps.append(mha(y, y, y, causal[t:t + 1, :t + 1], cache=cache))
+    assert cache["k"].shape == cache["v"].shape == (2, g, 6, 8)
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-6, rtol=1e-5)
+    # cross-attention: the memory's kv heads are cached once
+    memory, cc = torch.randn(2, 5, 32), {}
+    first, second = mha(x, memory, memory, cache=cc), mha(x, memory, memory, cache=cc)
+    assert cc["k"].shape == (2, g, 5, 8) and torch.equal(first, second)
+
+
+def test_rotary_rotates_queries_and_new_keys_before_caching():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4, n_kv_heads=2).eval()
+    x = torch.randn(1, 3, 16)
+    calls = []
+
+    def rotary(t):
+        calls.append(tuple(t.shape))
+        return -t                       # any function: the cache must store its output
+    cache: dict = {}
+    mha(x, x, x, cache=cache, rotary=rotary)
+    plain = mha._qkv(x, x, x, None)
+    assert calls == [(1, 4, 3, 4), (1, 2, 3, 4)]          # q (h heads), then k (kv heads)
+    assert torch.equal(cache["k"], -plain[1]) and torch.equal(cache["v"], plain[2])
+    with pytest.raises(ValueError, match="rotary"):
+        mha(x, torch.randn(1, 2, 16), torch.randn(1, 2, 16), rotary=rotary)
+
+
+@pytest.mark.parametrize("n_kv, word", [(3, "divisible by n_kv_heads"), (0, "n_kv_heads"),
+                                        (True, "n_kv_heads"), (2.0, "n_kv_heads")])
+def test_bad_n_kv_heads_is_refused(n_kv, word):
+    with pytest.raises(ValueError, match=word):
+        MultiHeadAttention(32, 4, n_kv_heads=n_kv)
+
+
+def test_grouped_query_attention_runs_under_autocast():
+    mha = MultiHeadAttention(32, 8, n_kv_heads=2)
+    x = torch.randn(2, 5, 32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = mha(x, x, x, torch.ones(5, 5, dtype=torch.bool).tril())
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()

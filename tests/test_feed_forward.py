@@ -5,7 +5,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer_lib.feed_forward import ACTIVATIONS, PositionwiseFeedForward, get_activation
+from transformer_lib.feed_forward import ACTIVATIONS, PositionwiseFeedForward, get_activation, swiglu_width
 
 
 @pytest.mark.parametrize("activation", ["relu", "gelu", "silu"])
@@ -135,3 +135,47 @@ def test_forward_reads_no_value_back_from_the_device():
 def test_bool_sizes_and_nan_dropout_are_refused(kwargs, word):
     with pytest.raises(ValueError, match=word):
         PositionwiseFeedForward(**kwargs)
+
+
+# --- SwiGLU (gated feed-forward) ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("d_ff", [96, 256, 2048, 3072])
+def test_swiglu_at_two_thirds_width_has_the_parameters_of_the_plain_ffn(d_ff):
+    d = 64
+    plain = sum(p.numel() for p in PositionwiseFeedForward(d, d_ff, bias=False).parameters())
+    width = swiglu_width(d_ff)
+    gated = sum(p.numel() for p in PositionwiseFeedForward(d, width, activation="swiglu",
+                                                            bias=False).parameters())
+    assert plain == 2 * d * d_ff and gated == 3 * d * width
+    assert 0 <= gated - plain < 3 * d                  # equal up to rounding 2/3·d_ff up to an integer
+
+
+def test_swiglu_width_rounds_up_to_a_multiple():
+    assert swiglu_width(4 * 4096, multiple_of=256) == 11008          # Llama-7B
+    assert swiglu_width(4 * 5120, multiple_of=256) == 13824          # Llama-13B
+    assert swiglu_width(3) == 2 and swiglu_width(6, multiple_of=4) == 4
+    with pytest.raises(ValueError, match="multiple_of"):
+        swiglu_width(12, multiple_of=0)
+
+
+def test_swiglu_computes_the_gated_formula():
+    torch.manual_seed(0)
+    ffn = PositionwiseFeedForward(16, 24, activation="swiglu").eval()
+    x = torch.randn(3, 5, 16)
+    with torch.no_grad():
+        ref = F.linear(F.silu(F.linear(x, ffn.gate.weight, ffn.gate.bias))
+                       * F.linear(x, ffn.linear1.weight, ffn.linear1.bias),
+                       ffn.linear2.weight, ffn.linear2.bias)
+    torch.testing.assert_close(ffn(x), ref, atol=1e-6, rtol=1e-5)
+    assert PositionwiseFeedForward(16, 24).gate is None             # plain activations: no gate
+
+
+def test_bias_false_drops_every_bias():
+    for act in ("relu", "swiglu"):
+        ffn = PositionwiseFeedForward(8, 16, activation=act, bias=False)
+        assert all("bias" not in name for name, _ in ffn.named_parameters())
+
+
+def test_unknown_activation_names_the_choices():
+    with pytest.raises(ValueError, match="swiglu"):
+        PositionwiseFeedForward(8, 16, activation="geglu")

@@ -1,13 +1,14 @@
 """Generated from book/03_attention.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 364883c5b9d0e80d
+# digest: 7d526560fe7b4fe4
 # fmt: off
 
 # [book/03_attention.ipynb, cell 8]
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -123,19 +124,32 @@ class MultiHeadAttention(nn.Module):
     (``query is key is value``) the new keys/values (B, h, t, d_k) are appended to
     ``cache["k"]``, ``cache["v"]``; in cross-attention they are computed on the first
     call, stored, and reused on later calls.
+
+    ``n_kv_heads`` (default ``n_heads``): grouped-query attention (chapter 13). Keys and
+    values get only ``n_kv_heads`` heads, each shared by ``n_heads // n_kv_heads``
+    query heads; ``in_proj`` then has d_model + 2·n_kv_heads·d_k rows, and the cache
+    holds (B, n_kv_heads, t, d_k). ``n_kv_heads=1`` is multi-query attention.
+    ``forward(..., rotary=f)`` (self-attention only) applies ``f`` to the queries and
+    the new keys, (B, heads, L, d_k), before the keys are cached (RoPE, chapter 13).
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0,
-                 bias: bool = True):
+                 bias: bool = True, n_kv_heads: int | None = None):
         super().__init__()
         d_model = check_int(d_model, "d_model")
         n_heads = check_int(n_heads, "n_heads")
         if d_model % n_heads != 0:
             raise ValueError(f"d_model ({d_model}) must be divisible by "
                              f"n_heads ({n_heads})")
+        n_kv = n_heads if n_kv_heads is None else check_int(n_kv_heads, "n_kv_heads")
+        if n_heads % n_kv != 0:
+            raise ValueError(f"n_heads ({n_heads}) must be divisible by "
+                             f"n_kv_heads ({n_kv})")
         self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
+        self.n_kv_heads, self.d_kv = n_kv, n_kv * self.d_k         # K and V: d_kv wide
         self.dropout = check_probability(dropout, "dropout", one=False)
-        self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)  # rows: W_q, W_k, W_v
+        # rows: W_q (d_model), W_k, W_v (d_kv each; d_kv = d_model without GQA)
+        self.in_proj = nn.Linear(d_model, d_model + 2 * self.d_kv, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)     # W_o
         self.record_weights = False
         self.last_weights: torch.Tensor | None = None
@@ -148,9 +162,10 @@ class MultiHeadAttention(nn.Module):
             nn.init.zeros_(self.out_proj.bias)
 
     # [book/03_attention.ipynb, cell 37]
-    def _split(self, x: torch.Tensor) -> torch.Tensor:
-        B, L, _ = x.shape                                              # (B, L, d_model)
-        return x.view(B, L, self.n_heads, self.d_k).transpose(1, 2)   # (B, h, L, d_k)
+    def _split(self, x: torch.Tensor, n_heads: int | None = None) -> torch.Tensor:
+        B, L, _ = x.shape                                              # (B, L, h·d_k)
+        h = self.n_heads if n_heads is None else n_heads
+        return x.view(B, L, h, self.d_k).transpose(1, 2)              # (B, h, L, d_k)
 
     def _merge(self, x: torch.Tensor) -> torch.Tensor:
         B, _, L, _ = x.shape                                           # (B, h, L, d_k)
@@ -162,42 +177,50 @@ class MultiHeadAttention(nn.Module):
 
     # [book/03_attention.ipynb, cell 41]
     def _qkv(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-             cache: dict | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """q (B, h, Lq, d_k), k and v (B, h, Lk, d_k); read from or added to
-        ``cache``."""
-        d = self.d_model
+             cache: dict | None, rotary: Callable | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q (B, h, Lq, d_k), k and v (B, h_kv, Lk, d_k); read from or added to
+        ``cache``. ``rotary`` rotates q and the new k (self-attention)."""
+        d, dkv, h_kv = self.d_model, self.d_kv, self.n_kv_heads
         if query is key and key is value:                      # self-attention
-            # one fused matmul: (B, L, d) x3
-            q, k, v = self.in_proj(query).chunk(3, dim=-1)
-            k, v = self._split(k), self._split(v)              # (B, h, L, d_k)
+            # one fused matmul: (B, L, d), (B, L, d_kv) x2
+            q, k, v = self.in_proj(query).split([d, dkv, dkv], dim=-1)
+            q = self._split(q)                                 # (B, h, L, d_k)
+            k, v = self._split(k, h_kv), self._split(v, h_kv)  # (B, h_kv, L, d_k)
+            if rotary is not None:                             # at their own positions
+                q, k = rotary(q), rotary(k)
             if cache is not None:
                 if "k" in cache:                               # earlier positions
-                    k = torch.cat([cache["k"], k], dim=2)      # (B, h, t + L, d_k)
+                    k = torch.cat([cache["k"], k], dim=2)      # (B, h_kv, t + L, d_k)
                     v = torch.cat([cache["v"], v], dim=2)
                 cache["k"], cache["v"] = k, v
         else:                                                  # cross-attention
-            q = self._project(query, slice(0, d))              # (B, Lq, d)
+            q = self._split(self._project(query, slice(0, d)))  # (B, h, Lq, d_k)
             if cache is not None and "k" in cache:
                 k, v = cache["k"], cache["v"]                  # from the first call
             else:
                 if key is value:
-                    kv = self._project(key, slice(d, 3 * d))   # (B, Lk, 2d)
-                    k, v = kv.chunk(2, dim=-1)                 # (B, Lk, d) x2
+                    kv = self._project(key, slice(d, d + 2 * dkv))  # (B, Lk, 2 d_kv)
+                    k, v = kv.chunk(2, dim=-1)                 # (B, Lk, d_kv) x2
                 else:
-                    k = self._project(key, slice(d, 2 * d))
-                    v = self._project(value, slice(2 * d, 3 * d))
-                k, v = self._split(k), self._split(v)          # (B, h, Lk, d_k)
+                    k = self._project(key, slice(d, d + dkv))
+                    v = self._project(value, slice(d + dkv, d + 2 * dkv))
+                k, v = self._split(k, h_kv), self._split(v, h_kv)  # (B, h_kv, Lk, d_k)
                 if cache is not None:
                     cache["k"], cache["v"] = k, v
-        return self._split(q), k, v                            # q: (B, h, Lq, d_k)
+        return q, k, v
 
     # [book/03_attention.ipynb, cell 43]
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 mask: torch.Tensor | None,
                 need_weights: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(out (B, h, Lq, d_k), weights (B, h, Lq, Lk) or None) on one of the paths."""
+        """(out (B, h, Lq, d_k), weights (B, h, Lq, Lk) or None) on one of the paths;
+        k and v (B, h_kv, Lk, d_k)."""
         p = self.dropout if self.training else 0.0
+        group = self.n_heads // self.n_kv_heads                # query heads per kv head
         if need_weights or self.record_weights:                # the explicit path
+            if group > 1:                                      # (B, h, Lk, d_k)
+                k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
             out, weights = _attention(q, k, v, mask, dropout_p=p)
             if self.record_weights:
                 self.last_weights = weights.detach()
@@ -208,14 +231,16 @@ class MultiHeadAttention(nn.Module):
             # output after, so the result is 0 (not NaN) whatever the backend does
             any_key = mask.any(dim=-1, keepdim=True)           # (B|1, 1|h, Lq|1, 1)
             mask = mask | ~any_key
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        gqa = {"enable_gqa": True} if group > 1 else {}    # kv heads shared in-kernel
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
+                                             **gqa)
         if any_key is not None:
             out = out.masked_fill(~any_key, 0.0)
         return out, None                                       # (B, h, Lq, d_k)
 
     def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 mask: torch.Tensor | None = None, need_weights: bool = False,
-                cache: dict | None = None):
+                cache: dict | None = None, rotary: Callable | None = None):
         for name, t in (("query", query), ("key", key), ("value", value)):
             if (not isinstance(t, torch.Tensor) or t.dim() != 3
                     or t.size(-1) != self.d_model):
@@ -228,12 +253,14 @@ class MultiHeadAttention(nn.Module):
                 f"{tuple(value.shape)} must share the batch size, and key and value "
                 "the length")
         Lk = key.size(1)                                       # keys to attend to
+        is_self = query is key and key is value
+        if rotary is not None and not is_self:
+            raise ValueError("rotary is for self-attention (query is key is value)")
         if cache is not None and "k" in cache:
-            is_self = query is key and key is value
             Lk = cache["k"].size(2) + (Lk if is_self else 0)
         # before the cache changes: a bad mask leaves it as it was
         check_mask(mask, (query.size(0), self.n_heads, query.size(1), Lk))
-        q, k, v = self._qkv(query, key, value, cache)          # (B, h, L, d_k)
+        q, k, v = self._qkv(query, key, value, cache, rotary)  # (B, h|h_kv, L, d_k)
         out, weights = self._attend(q, k, v, mask, need_weights)
         out = self.out_proj(self._merge(out))                  # (B, Lq, d_model)
         return (out, weights) if need_weights else out
