@@ -1,11 +1,17 @@
-"""One process of the 2-process DDP tests (tests/test_training.py::test_torchrun_two_processes and
-::test_torchrun_resume_with_dropout_is_exact).
+"""One process of the 2-process DDP tests (tests/test_training.py::test_torchrun_two_processes,
+::test_torchrun_resume_with_dropout_is_exact, and
+tests/test_accumulation.py::test_torchrun_ranks_are_weighted_by_tokens).
 
-Run by ``torchrun --standalone --nproc_per_node=2 tests/ddp_worker.py OUT_DIR [resume]``: every process
+Run by ``torchrun --standalone --nproc_per_node=2 tests/ddp_worker.py OUT_DIR [resume|tokens]``: every process
 joins the gloo group, trains the same tiny model (dropout 0.1) on its own share of a copy task for a few
 steps with ``transformer_lib.train`` (which wraps the model in DistributedDataParallel), and rank 0 writes
 ``OUT_DIR/result.json``: the largest parameter difference between the replicas, the loss before and
 after, and how many batches each rank saw.
+
+With ``tokens``: one update of SGD, each rank accumulating 2 micro-batches of its own, the ranks holding
+very different numbers of target tokens; rank 0 writes ``OUT_DIR/tokens.json``: the relative distance of
+the replicas' weights to the update of the one big batch of all the ranks' pairs (computed in one process),
+and to the update of the mean of the per-rank mean losses (the control).
 
 With ``resume``: an uninterrupted run of 12 steps, against 7 steps, a checkpoint, fresh objects with
 other seeds (as in new processes) and the rest from the checkpoint; then a control that resumes from a
@@ -135,8 +141,64 @@ def resume(out_dir: str) -> None:
     cleanup_distributed()
 
 
+def _token_pairs(lengths: list[int], seed: int) -> list[tuple[list[int], list[int]]]:
+    g = torch.Generator().manual_seed(seed)
+    pairs = []
+    for n in lengths:
+        src = torch.randint(3, 12, (n,), generator=g).tolist()
+        pairs.append((src, src[::-1]))
+    return pairs
+
+
+def tokens(out_dir: str) -> None:
+    rank, world, device = setup_distributed("gloo")
+    torch.set_num_threads(1)
+    collate = PadCollate()
+    groups = {0: [[2], [3, 2]], 1: [[12, 11], [10, 9, 12, 12]]}           # rank -> its micro-batches
+    pairs = {r: [_token_pairs(g, 10 * r + i) for i, g in enumerate(gs)] for r, gs in groups.items()}
+    config = TransformerConfig(12, 12, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1,
+                               d_ff=32, dropout=0.0, max_len=16)
+    loss_fn = LabelSmoothingLoss(0.1, config.pad_id)
+
+    def fresh() -> tuple[Transformer, torch.optim.Optimizer]:
+        torch.manual_seed(1234)
+        model = Transformer(config).to(device)
+        return model, torch.optim.SGD(model.parameters(), lr=0.5)
+
+    model, optimizer = fresh()
+    micro = [collate(p) for p in pairs[rank]]
+    train(model, micro, optimizer, None, loss_fn, steps=1, clip_norm=None, accum_steps=2, log_every=1,
+          progress=False)
+    got = _flat(model)
+
+    def one_process(per_rank_means: bool) -> torch.Tensor:
+        model, optimizer = fresh()
+        if per_rank_means:            # each rank's own token-weighted mean, then the mean of the ranks
+            for r in groups:
+                batch = collate([p for ps in pairs[r] for p in ps])
+                (loss_fn(model(batch.src, batch.tgt_in), batch.tgt_out) / len(groups)).backward()
+        else:                         # one batch of every rank's pairs
+            batch = collate([p for r in groups for ps in pairs[r] for p in ps])
+            loss_fn(model(batch.src, batch.tgt_in), batch.tgt_out).backward()
+        optimizer.step()
+        return _flat(model)
+
+    start = _flat(fresh()[0])
+    big, per_rank = one_process(False), one_process(True)
+    if rank == 0:
+        def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+            return float((a - b).norm() / (b - start).norm())
+
+        result = {"world_size": world, "to_big_batch": rel(got, big), "to_per_rank_means": rel(got, per_rank),
+                  "big_vs_per_rank": rel(per_rank, big)}
+        (Path(out_dir) / "tokens.json").write_text(json.dumps(result))
+    cleanup_distributed()
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[2] == "resume":
         resume(sys.argv[1])
+    elif len(sys.argv) > 2 and sys.argv[2] == "tokens":
+        tokens(sys.argv[1])
     else:
         main(sys.argv[1])

@@ -73,6 +73,40 @@ def test_label_smoothing_matches_the_sources_definition(n, V, eps, pad, seed):
     torch.testing.assert_close(got.double(), _sources_loss(logits, target, eps, pad), rtol=1e-5, atol=1e-5)
 
 
+def _dense_loss(logits, target, eps, no_mass, pad):
+    """The smoothed cross-entropy written out densely, in float64: the true token gets 1 - eps, the tokens in
+    ``no_mass`` (unless true) get 0, the others share eps equally; rows whose target is ``pad`` are skipped."""
+    logp = F.log_softmax(logits.double(), -1)
+    n, V = logits.shape
+    q = torch.zeros_like(logp)
+    for i in range(n):
+        others = [k for k in range(V) if k != int(target[i]) and k not in no_mass]
+        q[i, others] = eps / len(others)
+        q[i, target[i]] = 1 - eps
+    keep = target != pad
+    return (-(q * logp).sum(-1))[keep].sum() / keep.sum()
+
+
+@SETTINGS
+@given(st.integers(1, 30), st.integers(4, 20), st.floats(0.0, 0.5), st.integers(0, 10 ** 6),
+       st.booleans())
+def test_label_smoothing_with_bos_gives_bos_no_mass(n, V, eps, seed, bos_targets):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(n, V, generator=g) * 3
+    target = torch.randint(0 if bos_targets else 2, V, (n,), generator=g)   # pad 0, bos 1
+    target[0] = 2                                  # at least one real target
+    got = LabelSmoothingLoss(eps, pad_id=0, bos_id=1)(logits, target)
+    torch.testing.assert_close(got.double(), _dense_loss(logits, target, eps, {0, 1}, pad=0), rtol=1e-5,
+                               atol=1e-5)
+    if not bos_targets:                            # a distribution that differs from the default one
+        assert LabelSmoothingLoss(eps, bos_id=1).floor(V) == pytest.approx(
+            -(1 - eps) * math.log(1 - eps) - (eps * (math.log(eps) - math.log(V - 3)) if eps > 0 else 0.0))
+    with pytest.raises(ValueError, match="bos_id and pad_id must differ"):
+        LabelSmoothingLoss(eps, pad_id=1, bos_id=1)
+    with pytest.raises(ValueError, match="bos_id=40"):
+        LabelSmoothingLoss(eps, bos_id=40)(logits, target)
+
+
 @SETTINGS
 @given(st.integers(1, 40), st.integers(2, 30), st.floats(0.0, 0.5), st.integers(0, 10 ** 6))
 def test_pytorch_label_smoothing_matches_its_formula(n, V, eps, seed):

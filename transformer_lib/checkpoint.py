@@ -1,7 +1,7 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 615a031b53e0d318
+# digest: cb637694351eee48
 # fmt: off
 
 # [book/10_training.ipynb, cell 10]
@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 
-# [book/10_training.ipynb, cell 58]
+# [book/10_training.ipynb, cell 59]
 def unwrap_model(model: nn.Module) -> nn.Module:
     """The model inside a ``DistributedDataParallel`` (or ``DataParallel``) wrapper,
     else ``model`` itself: what a checkpoint stores, so that it loads with or without
@@ -58,7 +58,7 @@ def restore_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all([s.cpu() for s in cuda])
 
 
-# [book/10_training.ipynb, cell 60]
+# [book/10_training.ipynb, cell 61]
 class CheckpointError(ValueError):
     """A file that is not a usable checkpoint: empty, truncated, not written by
     :func:`save_checkpoint`, refused by the safe loader, or for another model. The
@@ -112,7 +112,7 @@ def remove_stale_temporaries(path: str) -> None:
             pass
 
 
-# [book/10_training.ipynb, cell 62]
+# [book/10_training.ipynb, cell 63]
 def save_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: Any = None,
                     scheduler: Any = None, scaler: Any = None, step: int = 0,
                     **extra: Any) -> None:
@@ -159,7 +159,7 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: Any = 
 CHECKPOINT_FORMAT = "transformer_lib checkpoint 1"
 
 
-# [book/10_training.ipynb, cell 64]
+# [book/10_training.ipynb, cell 65]
 def _read_checkpoint(path: str, map_location: Any) -> dict[str, Any]:
     """``torch.load(weights_only=True)`` of ``path``, with one clear error per way a
     file can fail to be a checkpoint of this library."""
@@ -228,7 +228,7 @@ def _check_fits(path: str, net: nn.Module, state: dict[str, Any]) -> None:
                                  if len(problems) > 4 else ""))
 
 
-# [book/10_training.ipynb, cell 66]
+# [book/10_training.ipynb, cell 67]
 def load_checkpoint(path: str | os.PathLike, model: nn.Module | None = None,
                     optimizer: Any = None, scheduler: Any = None, scaler: Any = None,
                     map_location: Any = "cpu",
@@ -269,7 +269,7 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module | None = None,
     return state
 
 
-# [book/10_training.ipynb, cell 68]
+# [book/10_training.ipynb, cell 73]
 @dataclass
 class RunPosition:
     """Where a training run stands: ``step`` (updates made), ``epoch``, ``in_epoch``

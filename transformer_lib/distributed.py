@@ -1,7 +1,7 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 7a12f4aef1a8e770
+# digest: 74192625dda8b2dd
 # fmt: off
 
 # [book/10_training.ipynb, cell 12]
@@ -15,7 +15,7 @@ import torch
 from transformer_lib.checks import default_device
 
 
-# [book/10_training.ipynb, cell 72]
+# [book/10_training.ipynb, cell 77]
 def setup_distributed(backend: str | None = None) -> tuple[int, int, torch.device]:
     """Join the process group that ``torchrun`` describes in the environment (RANK,
     WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) and return (rank, world_size,

@@ -1,7 +1,7 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 1b7f0fa2a24b5c53
+# digest: 8a876b2ba0ae4476
 # fmt: off
 
 # [book/10_training.ipynb, cell 13]
@@ -12,7 +12,7 @@ import threading
 from typing import Any
 
 
-# [book/10_training.ipynb, cell 86]
+# [book/10_training.ipynb, cell 91]
 class Interrupts:
     """A context manager that notes Ctrl-C (SIGINT) and SIGTERM instead of acting on
     them, while ``enabled`` and in the main thread (the one that receives signals).

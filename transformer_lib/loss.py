@@ -1,7 +1,7 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: d906ee4191e79593
+# digest: 1bdef1786caf40a2
 # fmt: off
 
 # [book/10_training.ipynb, cell 8]
@@ -16,13 +16,16 @@ from torch import nn
 from transformer_lib.checks import check_float, check_int, check_token_ids
 
 
-# [book/10_training.ipynb, cell 22]
+# [book/10_training.ipynb, cell 23]
 class LabelSmoothingLoss(nn.Module):
     """Cross-entropy against a smoothed target: the true token gets ``1 - smoothing``,
-    every other token except ``pad_id`` gets ``smoothing / (V - 2)``, the pad token gets
-    0 (the sources' and the Annotated Transformer's definition). Positions whose target
-    is ``pad_id`` are skipped. With ``pad_id=None`` there is no pad token: every
-    position counts and the V - 1 other tokens share ``smoothing``.
+    every other token except ``pad_id`` (and ``bos_id``, if given) gets an equal share
+    of ``smoothing``, the pad (and bos) token gets 0. Positions whose target is
+    ``pad_id`` are skipped. By default (``bos_id=None``) the share is
+    ``smoothing / (V - 2)``: the Annotated Transformer's definition. ``bos_id=1`` also
+    gives the begin-of-sentence token no mass (it is never a target: the decoders
+    start from it and never emit it), ``smoothing / (V - 3)`` each. With
+    ``pad_id=None`` there is no pad token: every position counts.
 
     forward(logits (N, V) or (B, T, V), target (N,) or (B, T)) -> the mean loss over the
     non-pad targets (``reduction="mean"``), or their sum (``reduction="sum"``). A batch
@@ -31,30 +34,36 @@ class LabelSmoothingLoss(nn.Module):
 
     PyTorch's ``F.cross_entropy(logits, target, label_smoothing=s,
     ignore_index=pad_id)`` spreads ``s`` over all V tokens instead (the true one and the
-    pad one included): a slightly different target.
+    pad one included), tensor2tensor and fairseq over the V - 1 others (pad included).
     """
 
     def __init__(self, smoothing: float = 0.1, pad_id: int | None = 0,
-                 reduction: str = "mean"):
+                 reduction: str = "mean", bos_id: int | None = None):
         super().__init__()
         self.smoothing = check_float(smoothing, "smoothing", 0.0, 1.0, high_open=True)
         self.pad_id = None if pad_id is None else check_int(pad_id, "pad_id", minimum=0)
+        self.bos_id = None if bos_id is None else check_int(bos_id, "bos_id", minimum=0)
+        if self.bos_id is not None and self.bos_id == self.pad_id:
+            raise ValueError(f"bos_id and pad_id must differ, got {bos_id} for both")
         if reduction not in ("mean", "sum"):
             raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
         self.reduction = reduction
 
     def _others(self, vocab_size: int) -> int:
-        """How many tokens share the smoothing mass: all but the true one and the pad
-        one."""
-        return vocab_size - 1 - (self.pad_id is not None)
+        """How many tokens share the smoothing mass: all but the true one, the pad one
+        and (if given) the bos one."""
+        return (vocab_size - 1 - (self.pad_id is not None)
+                - (self.bos_id is not None))
 
     def floor(self, vocab_size: int) -> float:
         """The smallest value the loss can take: the entropy of the smoothed target
         (nats)."""
         s, k = self.smoothing, self._others(vocab_size)
-        return -(1 - s) * math.log(1 - s) - (s * math.log(s / k) if s > 0 else 0.0)
+        # log(s) - log(k), not log(s / k): a tiny s / k would underflow to 0
+        return -(1 - s) * math.log(1 - s) - (
+            s * (math.log(s) - math.log(k)) if s > 0 else 0.0)
 
-    # [book/10_training.ipynb, cell 24]
+    # [book/10_training.ipynb, cell 25]
     def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         if (not isinstance(logits, torch.Tensor) or not logits.dtype.is_floating_point
                 or logits.dim() < 2):
@@ -66,9 +75,9 @@ class LabelSmoothingLoss(nn.Module):
             raise ValueError(f"target shape {tuple(target.shape)} must equal logits "
                              f"shape without its last dimension, "
                              f"{tuple(logits.shape[:-1])}")
-        if self.pad_id is not None and self.pad_id >= V:
-            raise ValueError(f"pad_id={self.pad_id} is not a token of a vocabulary "
-                             f"of {V}")
+        for name, tok in (("pad_id", self.pad_id), ("bos_id", self.bos_id)):
+            if tok is not None and tok >= V:
+                raise ValueError(f"{name}={tok} is not a token of a vocabulary of {V}")
         if self.smoothing > 0 and self._others(V) < 1:
             raise ValueError("label smoothing needs at least one token besides the "
                              f"target and pad, got V={V}")
@@ -80,7 +89,13 @@ class LabelSmoothingLoss(nn.Module):
             rest = logp.sum(-1) - true                               # (N,) other tokens
             if self.pad_id is not None:
                 rest = rest - logp[:, self.pad_id]
-            loss = loss - self.smoothing / self._others(V) * rest
+            share: float | torch.Tensor = self.smoothing / self._others(V)
+            if self.bos_id is not None:        # a bos target (a data error) keeps its
+                is_bos = target == self.bos_id     # own mass: V - 2 others then
+                rest = rest - logp[:, self.bos_id] * ~is_bos
+                share = torch.where(is_bos, self.smoothing / (self._others(V) + 1),
+                                    share)
+            loss = loss - share * rest
         if self.pad_id is None:
             keep = torch.ones_like(target, dtype=torch.bool)
         else:

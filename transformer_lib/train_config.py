@@ -1,7 +1,7 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 71db9d36ebdaf1fe
+# digest: 676f80d5e2963997
 # fmt: off
 
 # [book/10_training.ipynb, cell 14]
@@ -18,7 +18,7 @@ from transformer_lib.checks import check_float, check_int
 from transformer_lib.evaluation import amp_dtype
 
 
-# [book/10_training.ipynb, cell 76]
+# [book/10_training.ipynb, cell 81]
 @dataclass
 class TrainHistory:
     """What :func:`train` measured. ``loss`` and ``lr`` are logged every ``log_every``
@@ -48,6 +48,7 @@ class TrainConfig:
     val_fn: Callable[[nn.Module], dict] | None = None
     stop_fn: Callable[[dict], bool] | None = None
     clip_norm: float | None = 1.0
+    accum_steps: int = 1
     amp: str | None = None
     log_every: int = 10
     checkpoint_path: str | os.PathLike | None = None
@@ -59,6 +60,7 @@ class TrainConfig:
         self.steps = check_int(self.steps, "steps", minimum=0)
         self.val_every = check_int(self.val_every, "val_every", minimum=0)
         self.log_every = check_int(self.log_every, "log_every")
+        self.accum_steps = check_int(self.accum_steps, "accum_steps")
         self.checkpoint_every = check_int(self.checkpoint_every, "checkpoint_every", 0)
         if self.clip_norm is not None:
             self.clip_norm = check_float(self.clip_norm, "clip_norm", 0, low_open=True)

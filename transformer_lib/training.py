@@ -1,17 +1,18 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 10851e17c6ad0ccd
+# digest: 93c224b1cc5013ac
 # fmt: off
 
-# [book/10_training.ipynb, cell 15]
+# [book/10_training.ipynb, cell 16]
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,7 @@ from transformer_lib.interrupts import Interrupts
 from transformer_lib.train_config import TrainConfig, TrainHistory
 
 
-# [book/10_training.ipynb, cell 78]
+# [book/10_training.ipynb, cell 83]
 @dataclass
 class _Run:
     """The objects of one run of :func:`train`, handed to its pieces."""
@@ -45,6 +46,7 @@ class _Run:
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     config: TrainConfig
     device: torch.device
+    pad_id: int | None = 0             # what the loss counts as no target
     epoch_length: int | None = None    # batches per epoch, if the loader has a len()
     saved_step: int | None = None      # the step of the last checkpoint written
     busy: bool = False                 # inside an update (its state is half-made)
@@ -54,30 +56,66 @@ class _Run:
               loss_fn: Callable | None, config: TrainConfig) -> _Run:
         net = unwrap_model(model)
         device = next(net.parameters()).device
+        pad = getattr(getattr(net, "config", None), "pad_id", 0)
         if loss_fn is None:
-            pad = getattr(getattr(net, "config", None), "pad_id", 0)
             loss_fn = LabelSmoothingLoss(0.1, pad_id=pad)
+        pad = getattr(loss_fn, "pad_id", pad)        # a loss that names its pad id
         fp16 = amp_dtype(config.amp) is torch.float16
         scaler = torch.amp.GradScaler(device.type) if fp16 else None
         if is_distributed() and model is net:
             ids = [device.index] if device.type == "cuda" else None
             model = nn.parallel.DistributedDataParallel(model, device_ids=ids)
-        return cls(model, net, optimizer, scheduler, scaler, loss_fn, config, device)
+        return cls(model, net, optimizer, scheduler, scaler, loss_fn, config, device,
+                   pad)
 
 
-# [book/10_training.ipynb, cell 80]
-def _update(run: _Run, batch: Batch) -> tuple[torch.Tensor, float]:
-    """One update on ``batch`` -> (its loss, on the device; the learning rate)."""
-    src, tgt_in, tgt_out = Batch(*batch).to(run.device, non_blocking=True)
-    dtype = amp_dtype(run.config.amp)
-    with torch.autocast(run.device.type, dtype=dtype, enabled=dtype is not None):
-        logits = run.model(src, tgt_in)                              # (B, T, V)
-    loss = run.loss_fn(logits.float(), tgt_out)
+# [book/10_training.ipynb, cell 85]
+def accumulate_gradients(model: nn.Module, batches: Sequence[Batch], loss_fn: Callable,
+                         pad_id: int | None = 0, amp: str | None = None,
+                         scaler: torch.amp.GradScaler | None = None) -> torch.Tensor:
+    """Add to the ``.grad`` of ``model``'s parameters the gradient of the loss of
+    ``batches`` (micro-batches on the model's device) taken as one batch: each
+    ``loss_fn(logits, tgt_out)`` (a mean over the batch's real target tokens, those not
+    ``pad_id``; every position when ``pad_id`` is None) weighted by its count of real
+    tokens, divided by the count of all the batches, summed over every process under
+    DDP (ranks weighted by their tokens). Returns this process's token-weighted mean
+    loss (on the device, detached). Does not zero the gradients."""
+    if len(batches) == 0:
+        raise ValueError("batches must hold at least one batch")
+    dtype = amp_dtype(amp)
+    device = batches[0].tgt_out.device
+    counts = torch.stack([(b.tgt_out != pad_id).sum() if pad_id is not None
+                          else torch.tensor(b.tgt_out.numel(), device=device)
+                          for b in batches]).float()                # (k,)
+    local = counts.sum()
+    total = local.clone()
+    ddp = model if isinstance(model, nn.parallel.DistributedDataParallel) else None
+    if is_distributed():
+        torch.distributed.all_reduce(total)          # tokens of every rank
+    simple = len(batches) == 1 and not is_distributed()
+    scale = world_size() / total.clamp(min=1)        # DDP averages over the ranks
+    logged = torch.zeros((), device=device)
+    for i, (batch, n) in enumerate(zip(batches, counts)):
+        last = i == len(batches) - 1
+        quiet = ddp.no_sync() if ddp is not None and not last else None
+        with quiet or contextlib.nullcontext():      # DDP: sync the last
+            with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+                logits = model(batch.src, batch.tgt_in)                  # (B, T, V)
+            mean = loss_fn(logits.float(), batch.tgt_out)
+            loss = mean if simple else mean * n * scale
+            (loss if scaler is None else scaler.scale(loss)).backward()
+        logged += mean.detach() * n
+    return logged / local.clamp(min=1)
+
+
+def _update(run: _Run, batches: list[Batch]) -> tuple[torch.Tensor, float]:
+    """One update on ``batches`` (accum_steps micro-batches) -> (their token-weighted
+    loss, on the device; the learning rate)."""
+    moved = [Batch(*b).to(run.device, non_blocking=True) for b in batches]
     run.optimizer.zero_grad(set_to_none=True)
-    if run.scaler is None:
-        loss.backward()
-    else:
-        run.scaler.scale(loss).backward()
+    loss = accumulate_gradients(run.model, moved, run.loss_fn, run.pad_id,
+                                run.config.amp, run.scaler)
+    if run.scaler is not None:
         run.scaler.unscale_(run.optimizer)       # clipping must see the true gradients
     if run.config.clip_norm is not None:
         torch.nn.utils.clip_grad_norm_(run.model.parameters(), run.config.clip_norm)
@@ -89,10 +127,10 @@ def _update(run: _Run, batch: Batch) -> tuple[torch.Tensor, float]:
     lr = run.optimizer.param_groups[0]["lr"]         # the rate this update used
     if run.scheduler is not None:
         run.scheduler.step()
-    return loss.detach(), lr
+    return loss, lr
 
 
-# [book/10_training.ipynb, cell 82]
+# [book/10_training.ipynb, cell 87]
 class _LossLog:
     """The training loss summed on the device over a logging interval; :meth:`write`
     reads it back (the interval's one host-device synchronisation) and records it."""
@@ -125,7 +163,7 @@ class _LossLog:
             bar.set_postfix(loss=f"{mean:.4f}", lr=f"{lr:.3g}", refresh=False)
 
 
-# [book/10_training.ipynb, cell 84]
+# [book/10_training.ipynb, cell 89]
 def _validate(run: _Run, step: int, history: TrainHistory, bar: Any) -> bool:
     """Validate after update ``step`` into ``history``; True if ``stop_fn`` says
     stop."""
@@ -193,7 +231,7 @@ def _resume(run: _Run) -> RunPosition:
     return position
 
 
-# [book/10_training.ipynb, cell 88]
+# [book/10_training.ipynb, cell 93]
 def _loop(run: _Run, loader: Iterable, pos: RunPosition, history: TrainHistory,
           losses: _LossLog, bar: Any, interrupts: Interrupts) -> bool:
     """Updates from ``pos`` (moved along in place) to ``steps``; True if stopped by
@@ -201,10 +239,10 @@ def _loop(run: _Run, loader: Iterable, pos: RunPosition, history: TrainHistory,
     cfg = run.config
     run.model.train()
     while pos.step < cfg.steps and interrupts.signum is None:
-        for batch in epoch_batches(loader, pos):
+        for group in _groups(epoch_batches(loader, pos), cfg.accum_steps):
             run.busy = True
-            loss, lr = _update(run, batch)
-            pos.step, pos.in_epoch = pos.step + 1, pos.in_epoch + 1
+            loss, lr = _update(run, group)
+            pos.step, pos.in_epoch = pos.step + 1, pos.in_epoch + len(group)
             run.busy = False
             losses.add(loss)
             if pos.step % cfg.log_every == 0 or pos.step == cfg.steps:
@@ -224,6 +262,19 @@ def _loop(run: _Run, loader: Iterable, pos: RunPosition, history: TrainHistory,
     return False
 
 
+def _groups(batches: Iterable, k: int) -> Iterator[list]:
+    """The batches in groups of ``k``, one group per update; the epoch's last group
+    may be shorter (an update never spans two epochs)."""
+    group: list = []
+    for batch in batches:
+        group.append(batch)
+        if len(group) == k:
+            yield group
+            group = []
+    if group:
+        yield group
+
+
 def _kept(run: _Run) -> str:
     """What the checkpoint file holds after a run failed."""
     path = run.config.checkpoint_path
@@ -236,13 +287,13 @@ def _kept(run: _Run) -> str:
             "rate or a longer warm-up may avoid the blow-up)")
 
 
-# [book/10_training.ipynb, cell 90]
+# [book/10_training.ipynb, cell 95]
 def train(model: nn.Module, train_loader: Iterable, optimizer: torch.optim.Optimizer,
           scheduler: Any = None, loss_fn: Callable | None = None, *,
           steps: int | None = None, val_loader: Iterable | None = None,
           val_every: int = 0, val_fn: Callable[[nn.Module], dict] | None = None,
           stop_fn: Callable[[dict], bool] | None = None, clip_norm: float | None = 1.0,
-          amp: str | None = None, log_every: int = 10,
+          accum_steps: int = 1, amp: str | None = None, log_every: int = 10,
           checkpoint_path: str | os.PathLike | None = None, checkpoint_every: int = 0,
           resume_from: str | os.PathLike | None = None, progress: bool = True,
           config: TrainConfig | None = None) -> TrainHistory:
@@ -255,7 +306,10 @@ def train(model: nn.Module, train_loader: Iterable, optimizer: torch.optim.Optim
     ``LabelSmoothingLoss(0.1, pad_id)``) under ``torch.autocast`` if ``amp`` is
     ``"bf16"`` or ``"fp16"`` (with a ``GradScaler``); backward;
     ``clip_grad_norm_(clip_norm)``; ``optimizer.step()``, then ``scheduler.step()``. The
-    loader is iterated epoch after epoch (calling its sampler's ``set_epoch``).
+    loader is iterated epoch after epoch (calling its sampler's ``set_epoch``). With
+    ``accum_steps=k`` an update accumulates the gradients of k batches (fewer at an
+    epoch's end), its loss normalised by their total count of real target tokens (see
+    :func:`accumulate_gradients`; under DDP by the count of every rank's).
 
     Every ``val_every`` steps and at the end: the loss on ``val_loader`` and the dict of
     ``val_fn(model)``; training stops if ``stop_fn(that dict)`` is true. At the start,
@@ -274,7 +328,8 @@ def train(model: nn.Module, train_loader: Iterable, optimizer: torch.optim.Optim
     number of processes is refused. ``progress`` shows a tqdm bar on rank 0.
     """
     cfg = _settings(config, steps, val_loader=val_loader, val_every=val_every,
-                    val_fn=val_fn, stop_fn=stop_fn, clip_norm=clip_norm, amp=amp,
+                    val_fn=val_fn, stop_fn=stop_fn, clip_norm=clip_norm,
+                    accum_steps=accum_steps, amp=amp,
                     log_every=log_every, checkpoint_path=checkpoint_path,
                     checkpoint_every=checkpoint_every, resume_from=resume_from,
                     progress=progress)
@@ -310,7 +365,7 @@ def train(model: nn.Module, train_loader: Iterable, optimizer: torch.optim.Optim
     return history
 
 
-# [book/10_training.ipynb, cell 92]
+# [book/10_training.ipynb, cell 97]
 def _settings(config: TrainConfig | None, steps: int | None,
               **keywords: Any) -> TrainConfig:
     if config is None:
@@ -333,4 +388,4 @@ def _length(loader: Iterable) -> int | None:
         return None
 
 
-__all__ = ['train']
+__all__ = ['accumulate_gradients', 'train']

@@ -1,0 +1,113 @@
+"""Tests of transformer_lib.averaging: the mean of state dicts and of checkpoint files, against a hand
+computation and the identity of k copies; the clear errors for dicts or files of different models."""
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import transformer_lib as tl
+from transformer_lib.averaging import average_checkpoints, average_state_dicts
+from transformer_lib.checkpoint import CheckpointError, save_checkpoint
+from transformer_lib.model import Transformer, TransformerConfig
+
+
+def _model(seed, n_heads=2, d_model=16, dropout=0.1):
+    torch.manual_seed(seed)
+    return Transformer(TransformerConfig(11, 11, d_model=d_model, n_heads=n_heads, n_encoder_layers=1,
+                                         n_decoder_layers=1, d_ff=32, dropout=dropout, max_len=16))
+
+
+def test_importable_from_the_package_root():
+    assert tl.average_state_dicts is average_state_dicts
+    assert tl.average_checkpoints is average_checkpoints
+
+
+@settings(deadline=None)
+@given(k=st.integers(1, 5), seed=st.integers(0, 2**16))
+def test_the_average_of_k_copies_is_the_copy(k, seed):
+    g = torch.Generator().manual_seed(seed)
+    sd = {"w": torch.randn(3, 4, generator=g), "h": torch.randn(5, generator=g).half(),
+          "b": torch.randn(2, generator=g).bfloat16(), "n": torch.tensor(7)}
+    avg = average_state_dicts([sd] * k)
+    assert avg.keys() == sd.keys()
+    for name, t in sd.items():
+        assert avg[name].dtype == t.dtype and avg[name].shape == t.shape
+    # float32 accumulation of k equal values, divided by k: exact for the float32 tensor up to rounding
+    torch.testing.assert_close(avg["w"], sd["w"], rtol=1e-6, atol=0)
+    assert torch.equal(avg["h"], sd["h"]) and torch.equal(avg["b"], sd["b"])   # cast back: exact
+    assert torch.equal(avg["n"], sd["n"])
+
+
+def test_against_a_hand_computation_and_integer_buffers_from_the_last():
+    a = {"w": torch.tensor([1.0, 2.0, -4.0]), "count": torch.tensor([1, 2])}
+    b = {"w": torch.tensor([3.0, 2.0, 0.0]), "count": torch.tensor([5, 6])}
+    c = {"w": torch.tensor([5.0, 5.0, 1.0]), "count": torch.tensor([9, 9])}
+    avg = average_state_dicts([a, b, c])
+    assert torch.equal(avg["w"], torch.tensor([3.0, 3.0, -1.0]))
+    assert torch.equal(avg["count"], torch.tensor([9, 9]))
+    assert avg["count"] is not c["count"]                       # a copy, not the last dict's tensor
+
+
+def test_half_precision_is_averaged_in_float32():
+    # float16 sums would overflow (65504 is float16's largest value); float32 ones do not
+    big = torch.tensor([60000.0], dtype=torch.float16)
+    avg = average_state_dicts([{"w": big}, {"w": big}, {"w": big}])
+    assert avg["w"].dtype == torch.float16 and torch.equal(avg["w"], big)
+    ref = torch.stack([torch.randn(100).half() for _ in range(3)])
+    avg = average_state_dicts([{"w": r} for r in ref])["w"]
+    assert torch.equal(avg, ref.float().mean(0).half())
+
+
+@pytest.mark.parametrize("bad, match", [
+    ([], "at least one"),
+    ({"w": torch.zeros(1)}, "sequence"),
+    ([{"w": torch.zeros(2)}, {"v": torch.zeros(2)}], r"state_dicts\[1\] holds other names"),
+    ([{"w": torch.zeros(2)}, {"w": torch.zeros(3)}], r"state_dicts\[1\]\['w'\] has shape \(3,\)"),
+    ([{"w": torch.zeros(2)}, {"w": torch.zeros(2).double()}], "dtype"),
+    ([{"w": [1.0]}], "must map names to tensors"),
+])
+def test_bad_state_dicts_get_a_clear_error(bad, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        average_state_dicts(bad)
+
+
+def test_average_checkpoints_matches_the_state_dict_average_and_loads_it(tmp_path):
+    models = [_model(seed) for seed in range(3)]
+    paths = [tmp_path / f"c{i}.pt" for i in range(3)]
+    for i, (m, p) in enumerate(zip(models, paths)):
+        save_checkpoint(p, m, step=i)
+    expected = average_state_dicts([m.state_dict() for m in models])
+    got = average_checkpoints(paths)
+    assert got.keys() == expected.keys()
+    assert all(torch.equal(got[k], expected[k]) for k in got)
+    name = "encoder.layers.0.feed_forward.linear1.weight"
+    by_hand = (models[0].state_dict()[name] + models[1].state_dict()[name] + models[2].state_dict()[name]) / 3
+    torch.testing.assert_close(got[name], by_hand)
+    target = _model(99, dropout=0.3)                 # dropout changes no weight: the same model
+    average_checkpoints(paths, target)
+    assert all(torch.equal(target.state_dict()[k], expected[k]) for k in expected)
+    one = average_checkpoints(paths[:1])
+    assert all(torch.equal(one[k], models[0].state_dict()[k]) for k in one)
+
+
+def test_average_checkpoints_refuses_other_models_before_changing_the_model(tmp_path):
+    save_checkpoint(tmp_path / "a.pt", _model(0))
+    save_checkpoint(tmp_path / "b.pt", _model(1, n_heads=4))        # same shapes, another model
+    save_checkpoint(tmp_path / "c.pt", _model(2, d_model=8))
+    with pytest.raises(CheckpointError, match="b.pt: a checkpoint of another model"):
+        average_checkpoints([tmp_path / "a.pt", tmp_path / "b.pt"])
+    with pytest.raises(CheckpointError, match="c.pt"):
+        average_checkpoints([tmp_path / "a.pt", tmp_path / "c.pt"])
+    four_heads = _model(5, n_heads=4)
+    before = {k: v.clone() for k, v in four_heads.state_dict().items()}
+    with pytest.raises(CheckpointError, match="n_heads"):
+        average_checkpoints([tmp_path / "a.pt"], four_heads)
+    assert all(torch.equal(four_heads.state_dict()[k], before[k]) for k in before)
+    with pytest.raises(FileNotFoundError, match="missing.pt"):
+        average_checkpoints([tmp_path / "a.pt", tmp_path / "missing.pt"])
+    with pytest.raises(TypeError, match="sequence of checkpoint paths"):
+        average_checkpoints(str(tmp_path / "a.pt"))
+    with pytest.raises(ValueError, match="at least one"):
+        average_checkpoints([])
