@@ -121,7 +121,7 @@ def test_train_with_aligned_files_and_epochs(corpus, tmp_path):
     (["translate", "--model", "m", "--beam", "0"], "--beam"),
     (["translate", "--model", "m", "--beam", "4", "--sample"], "not allowed with"),
     (["fly"], "invalid choice"),
-    ([], "{train,translate}"),
+    ([], "{train,translate,convert-marian}"),
 ])
 def test_bad_options_give_one_line(argv, needle, capsys):
     with pytest.raises(SystemExit) as exc:
@@ -132,7 +132,7 @@ def test_bad_options_give_one_line(argv, needle, capsys):
 
 def test_help_explains_every_option(capsys):
     parser = build_parser()
-    for command in ("train", "translate"):
+    for command in ("train", "translate", "convert-marian"):
         with pytest.raises(SystemExit) as exc:
             main([command, "--help"])
         assert exc.value.code == 0
@@ -603,3 +603,82 @@ def test_torchrun_resume_is_exact(corpus, ddp_run, tmp_path):
     b, _ = load_model_dir(out, "cpu")
     for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
         assert torch.equal(x, y), name
+
+
+# ---------------------------------------------------------------- convert-marian
+
+def _marian_dir(path: Path) -> Path:
+    """A tiny random Marian model and a SentencePiece tokenizer trained on a few lines, saved as
+    save_pretrained saves a downloaded opus-mt model (nothing is downloaded)."""
+    spm = pytest.importorskip("sentencepiece")
+    transformers = pytest.importorskip("transformers")
+    path.mkdir()
+    (path / "text.txt").write_text("der Hund beisst den Mann\nthe dog bites the man\n" * 30, encoding="utf-8")
+    spm.SentencePieceTrainer.train(input=str(path / "text.txt"), model_prefix=str(path / "sp"), vocab_size=30,
+                                   model_type="unigram", bos_id=-1, eos_id=-1, unk_id=0, hard_vocab_limit=False,
+                                   minloglevel=2)
+    sp = spm.SentencePieceProcessor(model_file=str(path / "sp.model"))
+    vocab = {"</s>": 0, "<unk>": 1}
+    for i in range(sp.get_piece_size()):
+        vocab.setdefault(sp.id_to_piece(i), len(vocab))
+    vocab["<pad>"] = len(vocab)
+    (path / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    tok = transformers.MarianTokenizer(source_spm=str(path / "sp.model"), target_spm=str(path / "sp.model"),
+                                       vocab=str(path / "vocab.json"))
+    n = len(vocab)
+    torch.manual_seed(0)
+    cfg = transformers.MarianConfig(vocab_size=n, d_model=16, encoder_layers=1, decoder_layers=2,
+                                    encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                                    decoder_ffn_dim=32, max_position_embeddings=64, pad_token_id=n - 1,
+                                    decoder_start_token_id=n - 1, eos_token_id=0, activation_function="swish",
+                                    scale_embedding=True, init_std=0.2)
+    model = transformers.MarianMTModel(cfg).eval()
+    with torch.no_grad():
+        model.final_logits_bias.normal_(0, 0.1)
+    src = path / "opus-mt-tiny"
+    model.save_pretrained(src)
+    tok.save_pretrained(src)
+    return src
+
+
+def test_convert_marian_writes_a_complete_model_directory(tmp_path, capsys):
+    from transformers import MarianMTModel, MarianTokenizer
+
+    import transformer_lib as tl
+    src = _marian_dir(tmp_path / "hf")
+    out = tmp_path / "converted"
+    capsys.readouterr()                                   # save_pretrained's progress bars
+    assert main(["convert-marian", str(src), "--out", str(out)]) == 0
+    assert capsys.readouterr().err.strip() == f"wrote {out}"      # one line, no progress bars
+    assert {p.name for p in out.iterdir()} == {CONFIG_FILE, WEIGHTS_FILE, "marian_tokenizer", "tokenizer_kind.json"}
+    assert json.loads((out / "tokenizer_kind.json").read_text()) == {"kind": "marian", "path": "marian_tokenizer"}
+    model, tok = tl.load_marian_dir(out, device="cpu")
+    hf, hf_tok = MarianMTModel.from_pretrained(src).eval(), MarianTokenizer.from_pretrained(src)
+    lines = ["der Hund beisst den Mann", "the man"]
+    assert [tok.encode(t) for t in lines] == hf_tok(lines)["input_ids"]
+    ids = torch.nn.utils.rnn.pad_sequence([torch.tensor(tok.encode(t)) for t in lines], batch_first=True,
+                                          padding_value=tok.pad_id)
+    with torch.no_grad():
+        theirs = hf.generate(input_ids=ids, attention_mask=(ids != tok.pad_id).long(), num_beams=1, do_sample=False,
+                             max_new_tokens=12, forced_eos_token_id=None, suppress_tokens=[tok.pad_id])
+    mine = tl.greedy_decode(model, ids, max_len=12)
+    width = max(mine.size(1), theirs.size(1))
+    pad = torch.nn.functional.pad
+    assert torch.equal(pad(mine, (0, width - mine.size(1)), value=tok.pad_id),
+                       pad(theirs, (0, width - theirs.size(1)), value=tok.pad_id))
+    assert tok.decode_batch(mine) == hf_tok.batch_decode(theirs, skip_special_tokens=True)
+    # chapter 12's translate_lines takes the adapter as it takes a BPETokenizer
+    assert translate_lines(model, tok, ["the man"], max_len=12) == [tok.decode(mine[1])]
+
+
+def test_convert_marian_errors_are_one_line(tmp_path, capsys):
+    src = _marian_dir(tmp_path / "hf")
+    capsys.readouterr()                                   # save_pretrained's progress bars
+    for argv, needle in (([str(tmp_path / "missing"), "--out", str(tmp_path / "a")], "no such Marian model"),
+                         ([str(src), "--out", str(src)], "not an empty directory")):
+        assert main(["convert-marian", *argv]) == 1
+        _one_line_error(capsys, needle)
+    with pytest.raises(SystemExit) as exc:
+        main(["convert-marian", str(src)])
+    assert exc.value.code == 2
+    _one_line_error(capsys, "--out")

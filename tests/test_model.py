@@ -2,6 +2,7 @@
 the parameter count, padding/causality properties of the whole model, the cache, autocast, bad input."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -38,11 +39,14 @@ def _ids(lengths, width, vocab, bos=False):
     return ids
 
 
-def _torch_logits(model, reference, src, tgt_in):
+def _torch_logits(model, reference, src, tgt_in, tgt_padding=False):
+    """nn.Transformer's logits; the target mask is causal only, as the model's (chapter 9: no padding part),
+    unless ``tgt_padding`` adds the target's key padding mask (the older padding-AND-causal mask)."""
     pad = model.config.pad_id
     out = reference(model.positional(model.src_embed(src)), model.positional(model.tgt_embed(tgt_in)),
                     tgt_mask=~tl.causal_mask(tgt_in.size(1))[0, 0], src_key_padding_mask=src == pad,
-                    tgt_key_padding_mask=tgt_in == pad, memory_key_padding_mask=src == pad)
+                    tgt_key_padding_mask=(tgt_in == pad) if tgt_padding else None,
+                    memory_key_padding_mask=src == pad)
     return model.output(out)
 
 
@@ -82,6 +86,70 @@ def test_equals_nn_transformer_any_padding_float64(src_len, tgt_len, norm_first,
     tgt = _ids([max(1, tgt_len - b) for b in range(len(src_len))], tgt_len, 60, bos=True)
     with torch.no_grad():
         torch.testing.assert_close(model(src, tgt), _torch_logits(model, reference, src, tgt), atol=1e-10, rtol=0)
+
+
+@SETTINGS
+@given(src_len=st.lists(st.integers(1, 8), min_size=1, max_size=3), tgt_len=st.lists(st.integers(1, 7), min_size=1,
+       max_size=3), norm_first=st.booleans(), seed=st.integers(0, 1000))
+def test_causal_only_target_mask_equals_padding_and_causal_on_real_positions(src_len, tgt_len, norm_first, seed):
+    """The model's target mask has no padding part: on right-padded targets (the only layout the batching of
+    chapter 10 makes) every real position's logits equal those under the padding-AND-causal mask."""
+    n = min(len(src_len), len(tgt_len))
+    src_len, tgt_len = src_len[:n], tgt_len[:n]
+    model, reference = _pair(norm_first, seed=seed % 3)
+    model, reference = model.double().eval(), reference.double().eval()
+    torch.manual_seed(seed)
+    src = _ids(src_len, max(src_len), 50)
+    tgt = _ids(tgt_len, max(tgt_len), 60, bos=True)
+    real = torch.arange(tgt.size(1))[None] < torch.tensor(tgt_len)[:, None]          # (B, T)
+    with torch.no_grad():
+        ours = model(src, tgt)
+        padded = _torch_logits(model, reference, src, tgt, tgt_padding=True)
+    torch.testing.assert_close(ours[real], padded[real], atol=1e-10, rtol=0)
+
+
+def test_start_token_equal_to_pad_is_not_masked():
+    """Marian starts the decoder from pad (pad_id == bos_id): the start token is a real key, so each sentence
+    gives the same logits alone as in a padded batch, and the first position is finite."""
+    torch.manual_seed(0)
+    cfg = tl.TransformerConfig(**{**SMALL, "tgt_vocab_size": 50}, pad_id=49, bos_id=49, eos_id=0,
+                               share_embeddings=True)
+    model = tl.Transformer(cfg).eval()
+    src = torch.tensor([[5, 6, 7, 0, 49], [8, 9, 10, 11, 0]])
+    tgt = torch.tensor([[49, 12, 13, 49], [49, 14, 15, 16]])
+    with torch.no_grad():
+        batch = model(src, tgt)
+        alone = model(src[:1, :4], tgt[:1, :3])
+    assert torch.isfinite(batch).all()
+    torch.testing.assert_close(batch[0, :3], alone[0], atol=1e-5, rtol=0)
+    # the older mask hid the start token from every query: the first query saw no key at all
+    assert not tl.target_mask(tgt, cfg.pad_id)[:, 0, 0].any()
+
+
+def test_old_config_dicts_load_with_the_papers_defaults():
+    """A dict saved before the Marian fields existed loads with their defaults, and today's to_dict of such a
+    config is that same dict (chapter 12 compares saved dicts field by field); set, the fields round-trip."""
+    old = {k: v for k, v in dataclasses.asdict(tl.TransformerConfig(**SMALL)).items()
+           if k not in ("positional_layout", "output_bias")}
+    cfg = tl.TransformerConfig.from_dict(old)
+    assert cfg.positional_layout == "interleaved" and cfg.output_bias is False
+    assert tl.Transformer(cfg).output.bias is None
+    assert cfg.to_dict() == old
+    marian = tl.TransformerConfig(**SMALL, positional_layout="half", output_bias=True)
+    d = json.loads(json.dumps(marian.to_dict()))
+    assert d["positional_layout"] == "half" and d["output_bias"] is True
+    assert tl.TransformerConfig.from_dict(d) == marian
+
+
+def test_marian_options_build_the_right_modules():
+    cfg = tl.TransformerConfig(**SMALL, positional_layout="half", output_bias=True, activation="silu")
+    model = tl.Transformer(cfg)
+    torch.testing.assert_close(model.positional.pe, tl.sinusoidal_table(32, 16, layout="half"))
+    assert model.output.bias.shape == (60,) and torch.equal(model.output.bias, torch.zeros(60))
+    with pytest.raises(ValueError, match="positional_layout"):
+        tl.TransformerConfig(**SMALL, positional_layout="split")
+    with pytest.raises(ValueError, match="output_bias"):
+        tl.TransformerConfig(**SMALL, output_bias=1)
 
 
 def test_equals_nn_transformer_gelu_and_gradients():

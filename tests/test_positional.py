@@ -207,3 +207,31 @@ def test_sinusoidal_table_bad_base(base):
 def test_constructors_check_their_arguments(module_cls, kwargs, word):
     with pytest.raises(ValueError, match=word):
         module_cls(**kwargs)
+
+
+@pytest.mark.parametrize("max_len, d_model", [(40, 16), (30, 7), (5, 1), (64, 32)])
+def test_halves_layout_equals_marians_table(max_len, d_model):
+    """Reference: transformers' MarianSinusoidalPositionalEmbedding (sines first, then cosines),
+    for even and odd widths."""
+    marian = pytest.importorskip("transformers.models.marian.modeling_marian")
+    ref = marian.MarianSinusoidalPositionalEmbedding(max_len, d_model).create_weight()
+    torch.testing.assert_close(sinusoidal_table(max_len, d_model, layout="half"), ref,
+                               rtol=0, atol=1e-6)
+
+
+@given(max_len=st.integers(1, 60), d_model=st.integers(1, 40))
+@settings(max_examples=30, deadline=None)
+def test_halves_layout_is_a_column_permutation_of_the_interleaved_table(max_len, d_model):
+    inter = sinusoidal_table(max_len, d_model)
+    halves = sinusoidal_table(max_len, d_model, layout="half")
+    perm = torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
+    assert torch.equal(halves, inter[:, perm])
+
+
+def test_positional_encoding_uses_its_layout_and_rejects_unknown_ones():
+    pe = PositionalEncoding(8, max_len=10, layout="half")
+    torch.testing.assert_close(pe(torch.zeros(1, 10, 8))[0], sinusoidal_table(10, 8, layout="half"))
+    for make in (lambda: sinusoidal_table(10, 8, layout="split"),
+                 lambda: PositionalEncoding(8, layout="Halves")):
+        with pytest.raises(ValueError, match="layout must be one of"):
+            make()

@@ -20,6 +20,7 @@ from transformer_lib.batching import *  # noqa: F403  chapter 10
 from transformer_lib.loss import *  # noqa: F403  chapter 10
 from transformer_lib.evaluation import *  # noqa: F403  chapter 10
 from transformer_lib.checkpoint import *  # noqa: F403  chapter 10
+from transformer_lib.averaging import *  # noqa: F403  chapter 10
 from transformer_lib.schedule import *  # noqa: F403  chapter 10
 from transformer_lib.distributed import *  # noqa: F403  chapter 10
 from transformer_lib.interrupts import *  # noqa: F403  chapter 10
@@ -31,5 +32,9 @@ from transformer_lib.sampling import *  # noqa: F403  chapter 11
 from transformer_lib.corpus import *  # noqa: F403  chapter 12
 from transformer_lib.tokenizer import *  # noqa: F403  chapter 12
 from transformer_lib.translate import *  # noqa: F403  chapter 12
+from transformer_lib.rope import *  # noqa: F403  chapter 13
+from transformer_lib.decoder_only import *  # noqa: F403  chapter 13
+from transformer_lib.llama import *  # noqa: F403  chapter 13
+from transformer_lib.marian import *  # noqa: F403  appendix: pretrained models
 
 __version__ = "0.1.0"

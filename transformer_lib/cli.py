@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: a93d78b1928fbd67
+# digest: 0b415aaba4b67c7b
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell 8]
@@ -157,14 +157,35 @@ def _add_translate_parser(sub) -> None:
     r.set_defaults(func=run_translate)
 
 
+def run_convert_marian(args) -> int:
+    """``convert-marian``: :func:`transformer_lib.marian.convert_marian` (imported here:
+    it needs ``transformers``, which nothing else in the tool does)."""
+    from transformer_lib.marian import convert_marian
+    out = convert_marian(args.src, args.out)
+    log_line(f"wrote {out}")
+    return 0
+
+
+def _add_convert_parser(sub) -> None:
+    c = sub.add_parser(
+        "convert-marian", formatter_class=_HelpFormatter,
+        help="convert a Marian (opus-mt) model", description="Convert a Marian model "
+        "directory (as transformers' save_pretrained writes it) to a model directory.")
+    c.add_argument("src", metavar="SRC_DIR", help="the Marian model directory")
+    c.add_argument("--out", required=True, metavar="DIR", help="a new model directory")
+    c.set_defaults(func=run_convert_marian)
+
+
 def build_parser(prog: str = "transformer-lib") -> argparse.ArgumentParser:
-    """The parser of both subcommands (``train`` and ``translate``)."""
+    """The parser of the subcommands (``train``, ``translate``, ``convert-marian``)."""
     parser = _Parser(prog=prog, formatter_class=_HelpFormatter, description="Train an "
                      "encoder-decoder Transformer on a parallel corpus, and translate.")
     sub = parser.add_subparsers(dest="command", required=True,
-                                metavar="{train,translate}", parser_class=_Parser)
+                                metavar="{train,translate,convert-marian}",
+                                parser_class=_Parser)
     _add_train_parser(sub)
     _add_translate_parser(sub)
+    _add_convert_parser(sub)
     return parser
 
 
@@ -198,4 +219,4 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         return 1
 
 
-__all__ = ['build_parser', 'main']
+__all__ = ['run_convert_marian', 'build_parser', 'main']

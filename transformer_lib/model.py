@@ -1,7 +1,7 @@
 """Generated from book/09_model.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 55dd50e33e6dc78f
+# digest: 8146759dca9fdae2
 # fmt: off
 
 # [book/09_model.ipynb, cell 5]
@@ -19,13 +19,17 @@ from transformer_lib.decoder import Decoder, KVCache, load_torch_decoder
 from transformer_lib.embedding import TokenEmbedding
 from transformer_lib.encoder import Encoder, load_torch_encoder
 from transformer_lib.feed_forward import ACTIVATIONS
-from transformer_lib.masks import causal_mask, padding_mask, target_mask
-from transformer_lib.positional import PositionalEncoding
+from transformer_lib.masks import causal_mask, padding_mask
+from transformer_lib.positional import PE_LAYOUTS, PositionalEncoding
 from transformer_lib.torch_weights import DecoderLayerParts, EncoderLayerParts
 from transformer_lib.torch_weights import check_torch_stack, expect_parts, expect_torch
 
 
 # [book/09_model.ipynb, cell 7]
+#: fields added later (for Marian), with defaults: older configs need not have them
+LATER_FIELDS = {"positional_layout": "interleaved", "output_bias": False}
+
+
 @dataclass
 class TransformerConfig:
     """Every size and choice of a :class:`Transformer`; the defaults are the paper's
@@ -35,8 +39,10 @@ class TransformerConfig:
     ``share_embeddings``: the source and target embeddings are one matrix (needs one
     shared vocabulary). ``final_norm``: a norm after each stack; None means "with
     Pre-Norm only", as the paper's Post-Norm model has none. ``nn.Transformer`` always
-    has them: set ``final_norm=True`` to match it. Round-trips through JSON with
-    :meth:`to_dict` / :meth:`from_dict`.
+    has them: set ``final_norm=True`` to match it. ``positional_layout``: the sinusoids'
+    column order, "interleaved" (the paper) or "half" (Marian); ``output_bias``: a
+    bias on the prediction head. pad_id may equal bos_id (Marian starts from pad).
+    JSON via :meth:`to_dict` / :meth:`from_dict` (later fields default to the paper's).
     """
 
     src_vocab_size: int
@@ -58,6 +64,8 @@ class TransformerConfig:
     tie_output: bool = True
     share_embeddings: bool = False
     final_norm: bool | None = None
+    positional_layout: str = "interleaved"
+    output_bias: bool = False
 
     def __post_init__(self) -> None:
         for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads",
@@ -73,7 +81,10 @@ class TransformerConfig:
                              f"got {self.activation!r}")
         if self.norm not in ("layer", "rms"):
             raise ValueError(f"norm must be 'layer' or 'rms', got {self.norm!r}")
-        for name in ("norm_first", "tie_output", "share_embeddings"):
+        if self.positional_layout not in PE_LAYOUTS:
+            raise ValueError(f"positional_layout must be one of {PE_LAYOUTS}, "
+                             f"got {self.positional_layout!r}")
+        for name in ("norm_first", "tie_output", "share_embeddings", "output_bias"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, "
                                  f"got {getattr(self, name)!r}")
@@ -90,15 +101,21 @@ class TransformerConfig:
                 raise ValueError(f"{name} must be a token id of both vocabularies, "
                                  f"[0, {vocab}), got {value!r}")
             setattr(self, name, value)
-        if self.pad_id in (self.bos_id, self.eos_id):
-            raise ValueError(f"pad_id ({self.pad_id}) must differ from bos_id "
-                             f"({self.bos_id}) and eos_id ({self.eos_id}): padding is "
-                             "masked out, bos and eos are not")
+        if self.eos_id in (self.pad_id, self.bos_id):
+            raise ValueError(f"eos_id ({self.eos_id}) must differ from pad_id "
+                             f"({self.pad_id}) and bos_id ({self.bos_id}): pad and bos "
+                             "are never generated, eos must be")
 
     # [book/09_model.ipynb, cell 9]
     def to_dict(self) -> dict:
-        """The fields as a plain dict (JSON-serialisable)."""
-        return dataclasses.asdict(self)
+        """The fields as a plain dict (JSON-serialisable). The fields added for other
+        checkpoints (``positional_layout``, ``output_bias``) are left out while they
+        hold their defaults, so a model saved before they existed has the same dict."""
+        d = dataclasses.asdict(self)
+        for name, default in LATER_FIELDS.items():
+            if d[name] == default:
+                del d[name]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> TransformerConfig:
@@ -125,7 +142,7 @@ class Transformer(nn.Module):
     def __init__(self, config: TransformerConfig):
         super().__init__()
         missing = [f.name for f in dataclasses.fields(TransformerConfig)
-                   if not hasattr(config, f.name)]
+                   if not hasattr(config, f.name) and f.name not in LATER_FIELDS]
         if missing:
             raise TypeError("config must be a TransformerConfig (or have its fields), "
                             f"got a {type(config).__name__} without "
@@ -137,13 +154,17 @@ class Transformer(nn.Module):
             self.src_embed if c.share_embeddings
             else TokenEmbedding(c.tgt_vocab_size, c.d_model, padding_idx=c.pad_id))
         # one positional table for both sides
-        self.positional = PositionalEncoding(c.d_model, c.max_len, c.dropout)
+        later = {name: getattr(c, name, default)
+                 for name, default in LATER_FIELDS.items()}
+        self.positional = PositionalEncoding(c.d_model, c.max_len, c.dropout,
+                                             str(later["positional_layout"]))
         layer = (c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first, c.activation,
                  c.norm, c.eps)
         self.encoder = Encoder(c.n_encoder_layers, *layer, final_norm=c.final_norm)
         self.decoder = Decoder(c.n_decoder_layers, *layer, final_norm=c.final_norm)
         # the prediction head; tied, it is the target embedding: one (V, d_model) tensor
-        self.output = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
+        self.output = nn.Linear(c.d_model, c.tgt_vocab_size,
+                                bias=bool(later["output_bias"]))
         if c.tie_output:
             self.output.weight = self.tgt_embed.weight
         self.reset_parameters()
@@ -153,11 +174,13 @@ class Transformer(nn.Module):
         reference implementations do; the embedding tables from N(0, 1/d_model) with a
         zero pad row (so that the embedding times sqrt(d_model) has unit variance, and a
         tied output layer gives logits of unit variance); biases zero in attention and
-        PyTorch's default elsewhere."""
+        in the prediction head, PyTorch's default elsewhere."""
         embeddings = {id(self.src_embed.weight), id(self.tgt_embed.weight)}
         for p in self.parameters():
             if p.dim() > 1 and id(p) not in embeddings:
                 nn.init.xavier_uniform_(p)
+        if self.output.bias is not None:
+            nn.init.zeros_(self.output.bias)
         self.src_embed.reset_parameters()
         if self.tgt_embed is not self.src_embed:
             self.tgt_embed.reset_parameters()
@@ -194,8 +217,10 @@ class Transformer(nn.Module):
         """tgt_in (B, T) ids, memory (B, S, d_model) -> logits (B, T, tgt_vocab_size).
 
         ``src_mask`` is the source padding mask (B, 1, 1, S) that ``encode`` used; pass
-        it whenever the source has padding. Without a cache, the target mask (padding
-        AND causal) is built from ``tgt_in``. With a ``cache`` (see :meth:`new_cache`),
+        it whenever the source has padding. Without a cache, the target mask is causal
+        only: ``tgt_in`` is right-padded (pads after every real token), so no real query
+        can see a pad key, and a pad position's output is never used. With a ``cache``
+        (see :meth:`new_cache`),
         ``tgt_in`` holds only the new positions: their keys and values join the cache,
         their positions continue from ``cache.length``, and they see every cached
         position (the target's padding is not masked: generation has none before a
@@ -210,7 +235,7 @@ class Transformer(nn.Module):
                 start: int) -> torch.Tensor:
         T = tgt_in.size(1)
         if cache is None:
-            tgt_mask = target_mask(tgt_in, self.config.pad_id)       # (B, 1, T, T)
+            tgt_mask = causal_mask(T, device=tgt_in.device)           # (1, 1, T, T)
         elif T == 1:
             tgt_mask = None                              # one new query sees every key
         else:                                            # (1, 1, T, start + T)
@@ -287,4 +312,4 @@ def load_torch_transformer(model: Transformer, reference: nn.Module) -> Transfor
     return model
 
 
-__all__ = ['TransformerConfig', 'Transformer', 'load_torch_transformer']
+__all__ = ['LATER_FIELDS', 'TransformerConfig', 'Transformer', 'load_torch_transformer']
