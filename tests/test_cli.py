@@ -100,6 +100,21 @@ def test_resume_reaches_the_same_weights_as_one_run(corpus, trained, tmp_path, c
         assert torch.equal(x, y), name
 
 
+def test_accum_steps_trains_and_resumes_exactly(corpus, tmp_path, capsys):
+    """--accum-steps 2: an update sums the gradients of two batches (chapter 10's train(accum_steps=2)); its
+    resumed run reaches the same weights as one run, and the option is recorded."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert _train(corpus, one, 4, "--accum-steps", "2") == 0
+    assert json.loads((one / TRAINING_FILE).read_text())["args"]["accum_steps"] == 2
+    assert _train(corpus, two, 2, "--accum-steps", "2") == 0
+    assert _train(corpus, two, 4, "--accum-steps", "2", "--resume") == 0
+    assert "step 4/4" in capsys.readouterr().err
+    a, _ = load_model_dir(one, "cpu")
+    b, _ = load_model_dir(two, "cpu")
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(x, y), name
+
+
 def test_train_with_aligned_files_and_epochs(corpus, tmp_path):
     pairs = [line.split("\t") for line in corpus["train"].read_text(encoding="utf-8").splitlines()]
     src, tgt = tmp_path / "train.src", tmp_path / "train.tgt"
@@ -323,6 +338,9 @@ ERRORS = [  # (id, argv maker, exit status, needles on the one line)
     ("resume-other-batch-tokens",
      lambda c: _resume_argv(c, _copy_model(c["trained"], c["tmp"] / "run"), "--batch-tokens", "400"), 1,
      [TRAINING_FILE, "--batch-tokens 300", "400"]),
+    ("resume-other-accum-steps",
+     lambda c: _resume_argv(c, _copy_model(c["trained"], c["tmp"] / "run"), "--accum-steps", "2"), 1,
+     [TRAINING_FILE, "--accum-steps 1", "2"]),
     ("resume-other-seed", lambda c: _resume_argv(c, _copy_model(c["trained"], c["tmp"] / "run"), "--seed", "9"),
      1, [TRAINING_FILE, "--seed 0"]),
     ("resume-other-corpus", _other_corpus, 1, [TRAINING_FILE, "another corpus", "other.tsv"]),

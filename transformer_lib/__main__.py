@@ -1,4 +1,4 @@
-"""``python -m transformer_lib train|translate``: the command-line tool.
+"""``python -m transformer_lib train|translate|convert-marian``: the command-line tool.
 
 Written by hand (tools/export.py leaves it alone); the tool itself, transformer_lib.cli,
 is exported from book/appendix_cli.ipynb. Under

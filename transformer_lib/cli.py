@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 0b415aaba4b67c7b
+# digest: 35f01a9fad980cb9
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell 8]
@@ -102,6 +102,9 @@ def _add_train_parser(sub) -> None:
     add = opt.add_argument
     add("--batch-tokens", type=_count, default=4096,
         help="padded tokens per batch (a resumed run must keep it)")
+    add("--accum-steps", type=_count, default=1,
+        help="batches per optimizer update: their gradients are summed and divided "
+        "by their target tokens (a resumed run must keep it)")
     add("--warmup", type=_count, help="warm-up steps of the Noam rate (default: "
         "min(4000, steps // 4); a resumed run keeps its run's)")
     add("--lr-factor", type=_positive, default=1.0, help="scale of the Noam rate")

@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 8b4f56b6cf26f847
+# digest: 340759e5d5715f1e
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell 17]
@@ -103,7 +103,7 @@ def _check_record(out: Path, args, corpus: str) -> None:
     if saved_corpus is not None and saved_corpus != corpus:
         raise ModelDirError(f"{file}: the run was trained on another corpus than "
                             f"--train {' '.join(args.train)}: resume with its own")
-    for name in ("batch_tokens", "seed"):
+    for name in ("batch_tokens", "accum_steps", "seed"):
         if name in saved and saved[name] != getattr(args, name):
             option = "--" + name.replace("_", "-")
             raise ModelDirError(
@@ -260,7 +260,8 @@ def _train(args, rank: int, world: int, device: torch.device,
     if world > 1:
         torch.manual_seed(args.seed + rank)       # ... and its own dropout in each
     loader = bucket_loader(encoded, args.batch_tokens, args.seed)
-    steps = args.steps or (math.ceil(args.epochs * len(loader)) if args.epochs
+    updates_per_epoch = len(loader) / args.accum_steps
+    steps = args.steps or (math.ceil(args.epochs * updates_per_epoch) if args.epochs
                            else 10000)
     args.warmup = args.warmup or min(4000, max(1, steps // 4))
     record = {k: v for k, v in vars(args).items() if k != "func"}
@@ -288,6 +289,7 @@ def _train(args, rank: int, world: int, device: torch.device,
     try:
         history = _fit(model, loader, optimizer, scheduler, progress, steps=steps,
                        val_every=args.val_every, clip_norm=args.clip_norm, amp=amp,
+                       accum_steps=args.accum_steps,
                        val_fn=(lambda net: progress.validate(net, val_loader, amp))
                        if val_loader is not None else None,
                        log_every=every, checkpoint_path=str(checkpoint),
