@@ -1,11 +1,17 @@
 """Tests of transformer_lib.translate, the API of a program that translates: the model directory
-(save_model_dir, load_model_dir and their errors), batched translation (translate_lines) and BLEU."""
+(save_model_dir, load_model_dir and their errors), batched translation (translate_lines), BLEU and the
+bootstrap confidence intervals of a score."""
 import json
+import math
+import random
 import sys
 import warnings
 
+import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from safetensors.torch import save_model
 
 from transformer_lib.checkpoint import CheckpointError, save_checkpoint
@@ -20,6 +26,8 @@ from transformer_lib.translate import (
     WEIGHTS_FILE,
     LineTooLongWarning,
     ModelDirError,
+    bleu_ci,
+    bootstrap_ci,
     corpus_bleu,
     load_config_and_tokenizer,
     load_model_dir,
@@ -322,3 +330,79 @@ def test_corpus_bleu_without_sacrebleu_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "sacrebleu", None)
     with pytest.raises(ImportError, match=r"pip install 'transformer_lib\[bleu\]'"):
         corpus_bleu(["a"], ["a"])
+
+
+# ---------------------------------------------------------------- bootstrap confidence intervals
+def test_bootstrap_ci_of_a_proportion_agrees_with_the_normal_approximation():
+    values = np.random.default_rng(1).random(400) < 0.8           # exact match of 400 sentences
+    p = values.mean()
+    est, low, high = bootstrap_ci(values, n_resamples=4000, seed=0)
+    half = 1.96 * math.sqrt(p * (1 - p) / len(values))             # the textbook interval
+    assert est == pytest.approx(p)
+    assert low == pytest.approx(p - half, abs=0.01) and high == pytest.approx(p + half, abs=0.01)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.floats(-1e3, 1e3), min_size=1, max_size=30), st.integers(0, 2**32 - 1))
+def test_bootstrap_ci_of_the_mean_lies_within_the_data_and_nests_by_level(values, seed):
+    est, low, high = bootstrap_ci(values, n_resamples=200, seed=seed)
+    assert est == pytest.approx(float(np.mean(values)), abs=1e-9)
+    lo, hi = min(values), max(values)
+    slack = 1e-9 * (1 + abs(lo) + abs(hi))               # the mean of equal values, rounded
+    assert lo - slack <= low <= high <= hi + slack             # a resample's mean: within the data
+    _, low90, high90 = bootstrap_ci(values, n_resamples=200, level=0.9, seed=seed)
+    assert low <= low90 <= high90 <= high                      # same draws: 90% inside 95%
+    assert bootstrap_ci(values, n_resamples=200, seed=seed) == (est, low, high)   # by seed
+
+
+def test_bootstrap_ci_takes_a_statistic_of_rows():
+    rows = np.array([[1, 2], [3, 4], [5, 6]])
+    est, low, high = bootstrap_ci(rows, lambda r: float(r[:, 0].sum() / r[:, 1].sum()), seed=0)
+    assert est == pytest.approx(9 / 12)
+    assert 1 / 2 <= low <= est <= high <= 5 / 6       # a ratio of sums of resampled rows
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(values=[]), "values"),
+    (dict(values=[1.0], n_resamples=1), "n_resamples"),
+    (dict(values=[1.0], level=1.0), "level"),
+    (dict(values=[1.0], level=0.0), "level"),
+])
+def test_bootstrap_ci_refuses_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        bootstrap_ci(**kwargs)
+
+
+def _noisy_corpus(n=200, seed=0):
+    """References and hypotheses of which about half have one word changed."""
+    rng = random.Random(seed)
+    refs = [p.tgt for p in generate_pairs(n, seed=seed)]
+    hyps = []
+    for ref in refs:
+        words = ref.split()
+        if rng.random() < 0.5:
+            words[rng.randrange(len(words))] = "xyzzy"
+        hyps.append(" ".join(words))
+    return hyps, refs
+
+
+def test_bleu_ci_is_corpus_bleu_with_the_interval_of_sacrebleus_bootstrap():
+    sacrebleu = pytest.importorskip("sacrebleu")
+    hyps, refs = _noisy_corpus()
+    est, low, high = bleu_ci(hyps, refs, n_resamples=2000, seed=0)
+    assert est == pytest.approx(corpus_bleu(hyps, refs)[0])
+    assert 0 <= low < est < high <= 100
+    # sacrebleu's own bootstrap (another random stream): the same half-width, up to sampling noise
+    theirs = sacrebleu.metrics.BLEU().corpus_score(hyps, [refs], n_bootstrap=2000)
+    assert (high - low) / 2 == pytest.approx(theirs._ci, rel=0.2)
+
+
+def test_bleu_ci_of_perfect_translations_is_100_and_bad_input_is_refused():
+    # each at least four tokens long, so every resample has 4-grams (a resample of one-word
+    # sentences alone would have none, and a BLEU of 0)
+    refs = ["three thousand, seven hundred and twenty-four", "November 30, 2026", "one hundred and five"]
+    assert bleu_ci(refs, refs, n_resamples=50) == pytest.approx((100.0, 100.0, 100.0))
+    with pytest.raises(ValueError, match="as many"):
+        bleu_ci(refs, refs[:2])
+    with pytest.raises(ValueError, match="hypotheses"):
+        bleu_ci([], [])

@@ -14,6 +14,11 @@ For each ``.html`` file under the book's output folder (default ``_build/html``)
   target page carries (ids are read from the rendered pages, so anchors made by JavaScript count);
 * **JavaScript**: an uncaught exception, a ``console.error``, or a browser error logged while loading;
 * **the network**: any request to a host other than the local server (the book must work offline);
+* **glyphs**: a character of the page's text (code and program output included) that no installed font
+  has, so that the reader sees an empty box: the Chinese and Japanese of chapter 12 and of the glossary need
+  Debian's ``fonts-noto-cjk`` (installed by ``make setup``). Each non-ASCII character is drawn on a canvas
+  in its element's font and compared, pixel for pixel, with a code point that no font has (U+10FFFD): when
+  Chromium finds no font for a character it draws that same missing-glyph box;
 * on chapter pages (those built from a notebook): the ``.ipynb`` download button and the
   "In transformer_lib" box (chapter run time) must be there.
 
@@ -145,6 +150,48 @@ PAGE_PROBE = r"""
   out.libraryBox = document.querySelectorAll(".tl-chapter-box").length;
   out.runtime = Array.from(document.querySelectorAll(".tl-chapter-box .tl-runtime")).map((e) => e.textContent.trim());
   out.title = document.title;
+  // Glyphs: each non-ASCII letter, digit, punctuation or symbol of the text, drawn in its element's font,
+  // must differ from the box drawn for U+10FFFD, a code point no font has (Chromium draws that box for
+  // every character it finds no font for).
+  await document.fonts.ready;
+  out.missingGlyphs = [];
+  const canvas = document.createElement("canvas");
+  canvas.width = 64; canvas.height = 64;
+  const ctx = canvas.getContext("2d", {willReadFrequently: true});
+  const picture = (font, ch) => {
+    ctx.clearRect(0, 0, 64, 64);
+    ctx.font = font; ctx.textBaseline = "top"; ctx.fillStyle = "#000";
+    ctx.fillText(ch, 8, 8);
+    return ctx.getImageData(0, 0, 64, 64).data.join(",");
+  };
+  const NOGLYPH = String.fromCodePoint(0x10FFFD);
+  const VISIBLE = /[\p{L}\p{N}\p{P}\p{S}]/u;
+  const boxes = new Map(), tried = new Set();
+  const glyphWalker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let n = glyphWalker.nextNode(); n; n = glyphWalker.nextNode()) {
+    const text = n.nodeValue;
+    if (!text || !/[^\x00-\x7f]/.test(text) || !n.parentElement) continue;
+    let inside = false;
+    for (let el = n.parentElement; el; el = el.parentElement) {
+      const tag = el.tagName.toUpperCase();
+      if (["SCRIPT", "STYLE", "NOSCRIPT", "TEXTAREA", "MJX-CONTAINER", "SVG"].includes(tag)) inside = true;
+    }
+    if (inside) continue;
+    const cs = getComputedStyle(n.parentElement);
+    const font = `${cs.fontStyle} ${cs.fontWeight} 40px ${cs.fontFamily}`;
+    if (!boxes.has(font)) boxes.set(font, picture(font, NOGLYPH));
+    for (const ch of text) {
+      if (ch.codePointAt(0) < 0x80 || !VISIBLE.test(ch) || tried.has(font + ch)) continue;
+      tried.add(font + ch);
+      if (picture(font, ch) === boxes.get(font)) {
+        const at = text.indexOf(ch);
+        out.missingGlyphs.push(`\u00ab${ch}\u00bb (U+${ch.codePointAt(0).toString(16).toUpperCase()
+          .padStart(4, "0")}) in \u00ab${text.slice(Math.max(0, at - 20), at + 20).replace(/\s+/g, " ")
+          .trim()}\u00bb, font ${cs.fontFamily}`);
+      }
+    }
+  }
+  out.glyphsChecked = tried.size;
   return JSON.stringify(out);
 })()
 """
@@ -154,6 +201,7 @@ PAGE_PROBE = r"""
 
 
 INSTALL_HINT = "run `make setup` (it installs Debian's chromium) or `sudo apt-get install chromium`"
+GLYPH_HINT = "for Chinese and Japanese: `make setup` installs fonts-noto-cjk"
 
 
 def find_chromium() -> str:
@@ -396,11 +444,14 @@ def load_and_probe(browser: Browser, url: str, base: str, rel: str, screenshot: 
         result.problems.append(f"maths: MathJax error: {text}")
     if info.get("mathjaxFailure"):
         result.problems.append(f"maths: MathJax failed to start: {info['mathjaxFailure']}")
+    for hit in info["missingGlyphs"][:10]:
+        result.problems.append(f"glyph: no installed font has {hit} ({GLYPH_HINT})")
     result.ids = set(info["ids"])
     result.links = info["links"]
     result.is_chapter = is_chapter
     result.stats = (f"maths {info['mathElements'] - len(info['untypeset'])}/{info['mathElements']}, "
-                    f"images {len(info['images'])}, links {len(info['links'])}")
+                    f"images {len(info['images'])}, links {len(info['links'])}, "
+                    f"characters {info['glyphsChecked']}")
     result.runtime = "; ".join(info["runtime"])
     if result.is_chapter:
         if not info["downloadIpynb"]:
@@ -504,12 +555,14 @@ def report(results: dict[str, PageResult]) -> int:
 # ------------------------------------------------------------------------------------------- self-test
 
 _SELF_TEST_PAGES = {
-    "good.html": """<!doctype html><html><head><title>good</title>
+    "good.html": """<!doctype html><html><head><meta charset="utf-8"><title>good</title>
 <script>window.MathJax = {tex: {inlineMath: [['\\\\(', '\\\\)']]}};</script>
 <script defer src="mathjax/tex-svg-full.js"></script></head><body>
 <p id="top">Good: <span class="math">\\(x^2\\)</span>, an image <img src="ok.png">,
 links <a href="other.html#there">there</a> and <a href="#top">top</a>.
-Code may show TeX: <code>$$x$$ \\(y\\)</code>. A price of $5 and $6 is not maths.</p></body></html>""",
+Code may show TeX: <code>$$x$$ \\(y\\)</code>. A price of $5 and $6 is not maths.</p>
+<p>Chinese and Japanese: 2026年11月30日, 三千七百二十四, 导师引导训练; Latin: zéro, fünf, ␣.</p>
+<pre>2026年11月30日 -> November 30, 2026</pre></body></html>""",
     "other.html": "<!doctype html><html><body><h1 id='there'>there</h1></body></html>",
     "raw_math.html": """<!doctype html><html><body><p>Left raw: $$a+b$$ and \\(q_k\\) and $d_{model}$.</p>
 <p>A heading turned into text: Scaled by \\sqrt{d_{model}}</p></body></html>""",
@@ -525,6 +578,9 @@ Code may show TeX: <code>$$x$$ \\(y\\)</code>. A price of $5 and $6 is not maths
     "network.html": """<!doctype html><html><body><img src="https://cdn.example.org/x.png"></body></html>""",
     "notebook.html": """<!doctype html><html><body><div class="cell">code</div></body></html>""",
     "redirect.html": """<meta http-equiv="Refresh" content="0; url=nowhere/intro.html" />""",
+    # U+17000, a Tangut character: no font of a Debian desktop has it
+    "missing_glyph.html": """<!doctype html><html><head><meta charset="utf-8"></head><body>
+<p>Tangut: \U00017000 here.</p></body></html>""",
 }
 _EXPECTED = {
     "good.html": [],
@@ -538,6 +594,7 @@ _EXPECTED = {
     "network.html": ["cdn.example.org"],
     "notebook.html": ["download:", "runtime:"],
     "redirect.html": ["nowhere/intro.html"],
+    "missing_glyph.html": ["glyph: no installed font has \u00ab\U00017000\u00bb (U+17000)"],
 }
 
 

@@ -1,7 +1,7 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 9c788b53b97fd72c
+# digest: d0f25abd88ba30cc
 # fmt: off
 
 # [book/12_translation.ipynb, cell 6]
@@ -174,7 +174,7 @@ def split_pairs(pairs: Sequence, valid: float | int = 0.1, test: float | int = 0
     return split[0], split[1], split[2]
 
 
-# [book/12_translation.ipynb, cell 16]
+# [book/12_translation.ipynb, cell 18]
 class CorpusError(ValueError):
     """A malformed parallel corpus; the message starts with ``file:line:``."""
 
@@ -232,7 +232,7 @@ def read_tsv(path) -> Pairs:
     return pairs
 
 
-# [book/12_translation.ipynb, cell 18]
+# [book/12_translation.ipynb, cell 20]
 def read_aligned(src_path, tgt_path) -> Pairs:
     """Read two line-aligned files (line i of one translates line i of the other); a
     count mismatch or an empty line raises :class:`CorpusError` naming the file and

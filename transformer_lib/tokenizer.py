@@ -1,10 +1,10 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 46981430e231b314
+# digest: c228aced3389418e
 # fmt: off
 
-# [book/12_translation.ipynb, cell 21]
+# [book/12_translation.ipynb, cell 23]
 from __future__ import annotations
 
 from pathlib import Path
@@ -70,7 +70,7 @@ class BPETokenizer:
     def vocab_size(self) -> int:
         return self.tokenizer.get_vocab_size()
 
-    # [book/12_translation.ipynb, cell 23]
+    # [book/12_translation.ipynb, cell 25]
     def encode(self, text: str, add_bos: bool = False,
                add_eos: bool = False) -> list[int]:
         """``text`` -> token ids, optionally framed by bos and eos."""
@@ -123,7 +123,7 @@ class BPETokenizer:
         """
         return [self.tokenizer.decode([i]) for i in self.encode(text)]
 
-    # [book/12_translation.ipynb, cell 25]
+    # [book/12_translation.ipynb, cell 27]
     def save(self, path) -> Path:
         """Write the tokenizer to ``path``, one JSON file of ``tokenizers``, atomically
         (:func:`~transformer_lib.corpus.atomic_write`)."""
@@ -163,7 +163,7 @@ def _byte_of_char() -> dict[str, int]:
 BYTE_OF_CHAR = _byte_of_char()
 
 
-# [book/12_translation.ipynb, cell 29]
+# [book/12_translation.ipynb, cell 31]
 def encode_pairs(pairs: Iterable, tokenizer: BPETokenizer, max_len: int | None = None
                  ) -> tuple[list[tuple[list[int], list[int]]], int]:
     """``(source, target, ...)`` pairs -> (token-id pairs without bos/eos, the number of

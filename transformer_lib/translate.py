@@ -1,10 +1,10 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 5e90f86a21fcd33f
+# digest: 54a29ee68d6946b9
 # fmt: off
 
-# [book/12_translation.ipynb, cell 33]
+# [book/12_translation.ipynb, cell 35]
 from __future__ import annotations
 
 import hashlib
@@ -12,12 +12,14 @@ import json
 import warnings
 from pathlib import Path
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
+import numpy as np
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
 
-from transformer_lib.checks import check_int, resolve_device
+from transformer_lib.checks import check_int, check_probability, resolve_device
 from transformer_lib.checkpoint import load_checkpoint
 from transformer_lib.beam import beam_search
 from transformer_lib.decoding import greedy_decode
@@ -34,7 +36,7 @@ CHECKPOINT_FILE, TRAINING_FILE = "checkpoint.pt", "training.json"
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-# [book/12_translation.ipynb, cell 34]
+# [book/12_translation.ipynb, cell 36]
 @torch.no_grad()
 def translate_lines(model: Transformer, tokenizer: BPETokenizer, lines: Iterable[str],
                     *, beam: int = 1, length_penalty: float = 0.6,
@@ -104,7 +106,7 @@ def translate_lines(model: Transformer, tokenizer: BPETokenizer, lines: Iterable
     return out
 
 
-# [book/12_translation.ipynb, cell 36]
+# [book/12_translation.ipynb, cell 38]
 class LineTooLongWarning(UserWarning):
     """A line longer than the model's ``max_len`` was cut (``on_too_long="warn"``)."""
 
@@ -121,12 +123,20 @@ def _too_long(on_too_long, number: int, n_tokens: int, max_len: int) -> None:
         on_too_long(number, n_tokens)
 
 
-# [book/12_translation.ipynb, cell 38]
+# [book/12_translation.ipynb, cell 40]
 def corpus_bleu(hypotheses: Sequence[str],
                 references: Sequence[str]) -> tuple[float, str]:
     """BLEU of ``hypotheses`` against one reference each, computed by sacrebleu with its
     standard tokenisation -> (score in [0, 100], sacrebleu's signature, which says how
     the score was computed). Needs the ``bleu`` extra."""
+    bleu, hypotheses, references = _bleu_metric(hypotheses, references)
+    score = bleu.corpus_score(hypotheses, [references])
+    return score.score, str(bleu.get_signature())
+
+
+def _bleu_metric(hypotheses: Sequence[str], references: Sequence[str]
+                 ) -> tuple[Any, list[str], list[str]]:
+    """sacrebleu's BLEU metric and the two lists, checked to be as many."""
     try:
         import sacrebleu
     except ImportError:
@@ -136,12 +146,54 @@ def corpus_bleu(hypotheses: Sequence[str],
     if len(hypotheses) != len(references):
         raise ValueError(f"hypotheses and references must be as many, got "
                          f"{len(hypotheses)} and {len(references)}")
-    bleu = sacrebleu.metrics.BLEU()
-    score = bleu.corpus_score(hypotheses, [references])
-    return score.score, str(bleu.get_signature())
+    return sacrebleu.metrics.BLEU(), hypotheses, references
 
 
-# [book/12_translation.ipynb, cell 50]
+# [book/12_translation.ipynb, cell 45]
+def bootstrap_ci(values, statistic: Callable[[np.ndarray], float] | None = None, *,
+                 n_resamples: int = 1000, level: float = 0.95,
+                 seed: int = 0) -> tuple[float, float, float]:
+    """(estimate, low, high): ``statistic`` of ``values`` and its percentile bootstrap
+    interval at confidence ``level``.
+
+    ``values`` holds one entry (or one row of numbers) per test sentence;
+    ``statistic`` maps an array of such rows to a number (default: their mean, the
+    exact match of 0/1 entries). The sentences are drawn with replacement
+    ``n_resamples`` times (by ``seed``); the interval holds the middle ``level`` of
+    the resamples' statistics. The estimate is the statistic of ``values`` itself."""
+    rows = np.asarray(values, dtype=float)
+    if rows.ndim == 0 or len(rows) == 0:
+        raise ValueError("values must hold one entry per sentence, got none")
+    n_resamples = check_int(n_resamples, "n_resamples", minimum=2)
+    level = check_probability(level, "level", zero=False, one=False)
+    stat = statistic if statistic is not None else (lambda r: float(r.mean()))
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(len(rows), size=(n_resamples, len(rows)))   # (n_resamples, n)
+    stats = np.array([stat(rows[i]) for i in draws])
+    low, high = np.quantile(stats, [(1 - level) / 2, (1 + level) / 2])
+    return float(stat(rows)), float(low), float(high)
+
+
+def bleu_ci(hypotheses: Sequence[str], references: Sequence[str], *,
+            n_resamples: int = 1000, level: float = 0.95,
+            seed: int = 0) -> tuple[float, float, float]:
+    """(BLEU, low, high): the score of :func:`corpus_bleu` and its bootstrap interval
+    over sentences (:func:`bootstrap_ci`); a resample's BLEU is computed from the
+    sums of its sentences' n-gram counts, as sacrebleu's own bootstrap does. Needs
+    the ``bleu`` extra."""
+    bleu, hypotheses, references = _bleu_metric(hypotheses, references)
+    if not hypotheses:
+        raise ValueError("hypotheses must hold at least one sentence, got none")
+    counts = np.array(bleu._extract_corpus_statistics(hypotheses, [references]))
+
+    def score(rows: np.ndarray) -> float:
+        sums = rows.sum(axis=0).round().astype(int).tolist()
+        return float(bleu._compute_score_from_stats(sums).score)
+
+    return bootstrap_ci(counts, score, n_resamples=n_resamples, level=level, seed=seed)
+
+
+# [book/12_translation.ipynb, cell 72]
 class ModelDirError(ValueError):
     """A model directory that is missing, incomplete or damaged."""
 
@@ -193,7 +245,7 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-# [book/12_translation.ipynb, cell 53]
+# [book/12_translation.ipynb, cell 75]
 def _differences(file: Path, config: TransformerConfig, stored: dict,
                  where: str) -> None:
     """Raise :class:`ModelDirError` naming ``file`` and the first fields (all but
@@ -230,7 +282,7 @@ def _check_record(path: Path, config: TransformerConfig, weights: Path) -> None:
                             "differs)")
 
 
-# [book/12_translation.ipynb, cell 54]
+# [book/12_translation.ipynb, cell 76]
 def load_config_and_tokenizer(path) -> tuple[TransformerConfig, BPETokenizer]:
     """Read ``config.json`` and ``tokenizer.json`` of the model directory ``path`` and
     check that they agree; a missing or damaged file raises :class:`ModelDirError`
@@ -285,7 +337,7 @@ def load_model_dir(path, device: str | torch.device | None = None
     return model.to(device).eval(), tokenizer
 
 
-# [book/12_translation.ipynb, cell 56]
+# [book/12_translation.ipynb, cell 78]
 def load_resume_setup(path) -> tuple[TransformerConfig, BPETokenizer]:
     """The config and tokenizer to resume the run of the model directory ``path``:
     ``config.json`` and ``tokenizer.json`` checked against ``checkpoint.pt`` (the
@@ -315,6 +367,8 @@ __all__ = [
     'translate_lines',
     'LineTooLongWarning',
     'corpus_bleu',
+    'bootstrap_ci',
+    'bleu_ci',
     'ModelDirError',
     'save_config_and_tokenizer',
     'save_model_dir',
