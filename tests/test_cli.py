@@ -687,6 +687,28 @@ def test_convert_marian_writes_a_complete_model_directory(tmp_path, capsys):
     assert tok.decode_batch(mine) == hf_tok.batch_decode(theirs, skip_special_tokens=True)
     # chapter 12's translate_lines takes the adapter as it takes a BPETokenizer
     assert translate_lines(model, tok, ["the man"], max_len=12) == [tok.decode(mine[1])]
+    # ... and the translate command reads the converted directory through load_model_dir
+    loaded, loaded_tok = load_model_dir(out, "cpu")
+    assert type(loaded_tok) is type(tok)
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    capsys.readouterr()
+    assert main(["translate", str(tmp_path / "in.txt"), "--model", str(out), "--device", "cpu"]) == 0
+    assert capsys.readouterr().out.splitlines() == translate_lines(model, tok, lines)
+    # a converted model is not a training run: nothing to resume, in one line
+    assert main(["train", "--train", str(tmp_path / "in.txt"), "--out", str(out), "--resume", *TINY]) == 1
+    _one_line_error(capsys, str(out))
+
+
+@pytest.mark.parametrize("record, needle", [
+    ("{not json", "damaged"),
+    ('{"kind": "wordpiece", "path": "x"}', "not one of the kinds"),
+    ('{"kind": "marian", "path": "missing"}', "missing"),
+])
+def test_a_bad_tokenizer_record_is_one_line(trained, tmp_path, record, needle, capsys):
+    d = _copy_model(trained, tmp_path / "run")
+    (d / "tokenizer_kind.json").write_text(record, encoding="utf-8")
+    assert main(["translate", "--model", str(d), "--device", "cpu"]) == 1
+    _one_line_error(capsys, needle)
 
 
 def test_convert_marian_errors_are_one_line(tmp_path, capsys):

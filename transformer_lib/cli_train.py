@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 340759e5d5715f1e
+# digest: 3cf212da83135e23
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell 17]
@@ -148,7 +148,11 @@ def _model_setup(args, pairs, rank: int, world: int
     other processes, so that only rank 0 needs ``--out``'s files and all agree."""
     if rank == 0:
         if args.resume:
-            config, tokenizer = load_config_and_tokenizer(args.out)
+            config, loaded = load_config_and_tokenizer(args.out)
+            if not isinstance(loaded, BPETokenizer):     # e.g. a converted model
+                raise ModelDirError(f"--out {args.out}: a converted model, not a run "
+                                    "of train: nothing to resume")
+            tokenizer = loaded
         else:
             texts = [s for s, _ in pairs] + [t for _, t in pairs]
             tokenizer = BPETokenizer.train(texts, vocab_size=args.vocab_size)

@@ -1,18 +1,19 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 54a29ee68d6946b9
+# digest: d0e65da97e18f188
 # fmt: off
 
 # [book/12_translation.ipynb, cell 35]
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import warnings
 from pathlib import Path
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -34,11 +35,33 @@ WEIGHTS_FILE = "model.safetensors"
 CHECKPOINT_FILE, TRAINING_FILE = "checkpoint.pt", "training.json"
 #: the ``precision`` choices of :func:`translate_lines`: autocast's dtype (None: off)
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+#: a model directory's record of its tokenizer's kind; without it, tokenizer.json holds
+#: a BPETokenizer
+TOKENIZER_KIND_FILE = "tokenizer_kind.json"
+#: the kinds a record may name -> "module:class", a class with ``load(path)``; imported
+#: only when a directory names it (the Marian adapter needs ``transformers``)
+TOKENIZER_KINDS = {"bpe": "transformer_lib.tokenizer:BPETokenizer",
+                   "marian": "transformer_lib.marian:MarianTokenizerAdapter"}
+
+
+class Tokenizer(Protocol):
+    """What translation needs of a tokenizer: a
+    :class:`~transformer_lib.tokenizer.BPETokenizer` has it, and so does
+    :class:`~transformer_lib.marian.MarianTokenizerAdapter` (duck typing). ``encode``
+    gives a source's ids as the model reads them; ``decode`` takes an output row (start
+    token first, padding after eos)."""
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids) -> str: ...
 
 
 # [book/12_translation.ipynb, cell 36]
 @torch.no_grad()
-def translate_lines(model: Transformer, tokenizer: BPETokenizer, lines: Iterable[str],
+def translate_lines(model: Transformer, tokenizer: Tokenizer, lines: Iterable[str],
                     *, beam: int = 1, length_penalty: float = 0.6,
                     sampling: bool = False,
                     temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
@@ -282,11 +305,46 @@ def _check_record(path: Path, config: TransformerConfig, weights: Path) -> None:
                             "differs)")
 
 
-# [book/12_translation.ipynb, cell 76]
-def load_config_and_tokenizer(path) -> tuple[TransformerConfig, BPETokenizer]:
-    """Read ``config.json`` and ``tokenizer.json`` of the model directory ``path`` and
-    check that they agree; a missing or damaged file raises :class:`ModelDirError`
-    naming it."""
+# [book/12_translation.ipynb, cell 77]
+def load_tokenizer(path) -> Tokenizer:
+    """The tokenizer of the model directory ``path``: the kind that
+    ``tokenizer_kind.json`` records (``{"kind": ..., "path": ...}``, the path relative
+    to the directory), or, without that file, the
+    :class:`~transformer_lib.tokenizer.BPETokenizer` of
+    ``tokenizer.json``. A missing or damaged file raises :class:`ModelDirError`."""
+    path = Path(path)
+    record_file = path / TOKENIZER_KIND_FILE
+    if not record_file.is_file():
+        file = path / TOKENIZER_FILE
+        if not file.is_file():
+            raise ModelDirError(f"{path}: incomplete model directory (no "
+                                f"{TOKENIZER_FILE})")
+        try:
+            return BPETokenizer.load(file)
+        except ValueError as exc:
+            raise ModelDirError(str(exc)) from None
+    try:
+        record = json.loads(record_file.read_text(encoding="utf-8"))
+        module, name = TOKENIZER_KINDS[record["kind"]].split(":")
+        where = path / record["path"]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+        raise ModelDirError(f"{record_file}: damaged, or not one of the kinds "
+                            f"{sorted(TOKENIZER_KINDS)}") from None
+    try:
+        return getattr(importlib.import_module(module), name).load(where)
+    except ImportError as exc:
+        raise ModelDirError(f"{record_file}: a {record['kind']!r} tokenizer needs "
+                            f"{exc.name} (pip install transformers sentencepiece)"
+                            ) from None
+    except (OSError, ValueError) as exc:
+        raise ModelDirError(f"{where}: {exc}") from None
+
+
+# [book/12_translation.ipynb, cell 78]
+def load_config_and_tokenizer(path) -> tuple[TransformerConfig, Tokenizer]:
+    """Read ``config.json`` and the tokenizer (:func:`load_tokenizer`) of the model
+    directory ``path`` and check that they agree; a missing or damaged file raises
+    :class:`ModelDirError` naming it."""
     path = Path(path)
     file = path / CONFIG_FILE
     if not file.is_file():
@@ -299,23 +357,18 @@ def load_config_and_tokenizer(path) -> tuple[TransformerConfig, BPETokenizer]:
     except (TypeError, ValueError) as exc:
         raise ModelDirError(f"{file}: not a valid model configuration ({exc})") \
             from None
-    file = path / TOKENIZER_FILE
-    if not file.is_file():
-        raise ModelDirError(f"{path}: incomplete model directory (no {TOKENIZER_FILE})")
-    try:
-        tokenizer = BPETokenizer.load(file)
-    except ValueError as exc:
-        raise ModelDirError(str(exc)) from None
+    tokenizer = load_tokenizer(path)
     n = tokenizer.vocab_size
-    if n != config.src_vocab_size or n != config.tgt_vocab_size:
-        raise ModelDirError(f"{file}: {n} tokens, but {CONFIG_FILE} says "
-                            f"{config.src_vocab_size} (source) and "
-                            f"{config.tgt_vocab_size} (target)")
+    n_tgt = getattr(tokenizer, "tgt_vocab_size", n)   # two vocabularies (Marian)
+    if n != config.src_vocab_size or n_tgt != config.tgt_vocab_size:
+        raise ModelDirError(f"{path}: the tokenizer has {n} tokens (source) and "
+                            f"{n_tgt} (target), but {CONFIG_FILE} says "
+                            f"{config.src_vocab_size} and {config.tgt_vocab_size}")
     return config, tokenizer
 
 
 def load_model_dir(path, device: str | torch.device | None = None
-                   ) -> tuple[Transformer, BPETokenizer]:
+                   ) -> tuple[Transformer, Tokenizer]:
     """Read a directory written by :func:`save_model_dir` -> (model in eval mode on
     ``device``, default: a GPU when there is one; tokenizer). A missing or damaged file
     raises :class:`ModelDirError` naming it."""
@@ -337,7 +390,7 @@ def load_model_dir(path, device: str | torch.device | None = None
     return model.to(device).eval(), tokenizer
 
 
-# [book/12_translation.ipynb, cell 78]
+# [book/12_translation.ipynb, cell 80]
 def load_resume_setup(path) -> tuple[TransformerConfig, BPETokenizer]:
     """The config and tokenizer to resume the run of the model directory ``path``:
     ``config.json`` and ``tokenizer.json`` checked against ``checkpoint.pt`` (the
@@ -349,6 +402,9 @@ def load_resume_setup(path) -> tuple[TransformerConfig, BPETokenizer]:
     if not checkpoint.is_file():
         raise ModelDirError(f"{path}: nothing to resume (no {CHECKPOINT_FILE})")
     config, tokenizer = load_config_and_tokenizer(path)
+    if not isinstance(tokenizer, BPETokenizer):    # a converted model: not trained here
+        raise ModelDirError(f"{path}: its tokenizer is not a BPETokenizer: only a run "
+                            "of the train command can be resumed")
     stored = load_checkpoint(checkpoint).get("config")
     if isinstance(stored, dict):
         _differences(path / CONFIG_FILE, config, stored, f"the {CHECKPOINT_FILE}")
@@ -364,6 +420,9 @@ __all__ = [
     'CHECKPOINT_FILE',
     'TRAINING_FILE',
     'PRECISIONS',
+    'TOKENIZER_KIND_FILE',
+    'TOKENIZER_KINDS',
+    'Tokenizer',
     'translate_lines',
     'LineTooLongWarning',
     'corpus_bleu',
@@ -372,6 +431,7 @@ __all__ = [
     'ModelDirError',
     'save_config_and_tokenizer',
     'save_model_dir',
+    'load_tokenizer',
     'load_config_and_tokenizer',
     'load_model_dir',
     'load_resume_setup',
