@@ -85,7 +85,8 @@ def test_config_and_tokenizer_alone(model, tokenizer, tmp_path):
         load_model_dir(d, "cpu")
     other = BPETokenizer.train([p.src for p in PAIRS], vocab_size=280)
     other.save(d / TOKENIZER_FILE)
-    with pytest.raises(ModelDirError, match="280 tokens, but config.json says 300"):
+    mismatch = r"has 280 tokens \(source\) and 280 \(target\), but config.json says 300 and 300"
+    with pytest.raises(ModelDirError, match=mismatch):
         load_config_and_tokenizer(d)
 
 
