@@ -1,7 +1,7 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: d0e65da97e18f188
+# digest: f7ed4e0d393dc39c
 # fmt: off
 
 # [book/12_translation.ipynb, cell 35]
@@ -44,7 +44,7 @@ TOKENIZER_KINDS = {"bpe": "transformer_lib.tokenizer:BPETokenizer",
                    "marian": "transformer_lib.marian:MarianTokenizerAdapter"}
 
 
-class Tokenizer(Protocol):
+class TextTokenizer(Protocol):
     """What translation needs of a tokenizer: a
     :class:`~transformer_lib.tokenizer.BPETokenizer` has it, and so does
     :class:`~transformer_lib.marian.MarianTokenizerAdapter` (duck typing). ``encode``
@@ -61,7 +61,7 @@ class Tokenizer(Protocol):
 
 # [book/12_translation.ipynb, cell 36]
 @torch.no_grad()
-def translate_lines(model: Transformer, tokenizer: Tokenizer, lines: Iterable[str],
+def translate_lines(model: Transformer, tokenizer: TextTokenizer, lines: Iterable[str],
                     *, beam: int = 1, length_penalty: float = 0.6,
                     sampling: bool = False,
                     temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
@@ -306,7 +306,7 @@ def _check_record(path: Path, config: TransformerConfig, weights: Path) -> None:
 
 
 # [book/12_translation.ipynb, cell 77]
-def load_tokenizer(path) -> Tokenizer:
+def load_tokenizer(path) -> TextTokenizer:
     """The tokenizer of the model directory ``path``: the kind that
     ``tokenizer_kind.json`` records (``{"kind": ..., "path": ...}``, the path relative
     to the directory), or, without that file, the
@@ -341,7 +341,7 @@ def load_tokenizer(path) -> Tokenizer:
 
 
 # [book/12_translation.ipynb, cell 78]
-def load_config_and_tokenizer(path) -> tuple[TransformerConfig, Tokenizer]:
+def load_config_and_tokenizer(path) -> tuple[TransformerConfig, TextTokenizer]:
     """Read ``config.json`` and the tokenizer (:func:`load_tokenizer`) of the model
     directory ``path`` and check that they agree; a missing or damaged file raises
     :class:`ModelDirError` naming it."""
@@ -368,7 +368,7 @@ def load_config_and_tokenizer(path) -> tuple[TransformerConfig, Tokenizer]:
 
 
 def load_model_dir(path, device: str | torch.device | None = None
-                   ) -> tuple[Transformer, Tokenizer]:
+                   ) -> tuple[Transformer, TextTokenizer]:
     """Read a directory written by :func:`save_model_dir` -> (model in eval mode on
     ``device``, default: a GPU when there is one; tokenizer). A missing or damaged file
     raises :class:`ModelDirError` naming it."""
@@ -422,7 +422,7 @@ __all__ = [
     'PRECISIONS',
     'TOKENIZER_KIND_FILE',
     'TOKENIZER_KINDS',
-    'Tokenizer',
+    'TextTokenizer',
     'translate_lines',
     'LineTooLongWarning',
     'corpus_bleu',
