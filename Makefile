@@ -102,8 +102,11 @@ test-deep: check
 	  CI= HYPOTHESIS_DEEP=10 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 -m hypothesis -p no:cacheprovider tests/ \
 	  || exit 1; done
 
+# Every chapter runs from the top in a fresh kernel, two at a time (tools/execute_book.py, into an
+# emptied jupyter-cache); jupyter-book then reads their outputs from the cache.
 book: check
-	rm -rf _build/html _build/.doctrees
+	rm -rf _build/html _build/.doctrees _build/.jupyter_cache
+	OMP_NUM_THREADS=1 $(BIN)/python tools/execute_book.py --jobs 2
 	$(BIN)/jupyter-book build . --all -W -n --keep-going
 	$(MAKE) --no-print-directory check-pages
 
