@@ -48,6 +48,31 @@ def add_timing_args(parser, repeat: int = 5, rounds: int = 3) -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: PyTorch's default)")
 
 
+def add_model_args(parser, *, d_model: int = 256, heads: int = 4, layers: int = 3, d_ff: int = 1024,
+                   vocab: int = 1000, layers_help: str | None = None) -> None:
+    """The model-size options of the whole-model benchmarks: --d-model, --heads, --layers, --d-ff, --vocab."""
+    parser.add_argument("--d-model", type=int, default=d_model)
+    parser.add_argument("--heads", type=int, default=heads)
+    parser.add_argument("--layers", type=int, default=layers, help=layers_help)
+    parser.add_argument("--d-ff", type=int, default=d_ff)
+    parser.add_argument("--vocab", type=int, default=vocab)
+
+
+def add_decode_args(parser, *, beam: int = 4) -> None:
+    """What the decoding benchmarks share: the batch (--batch, --src-len), --beam, --quick and the timing
+    options (one timed call per round, two rounds, unless told otherwise)."""
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--src-len", type=int, default=32)
+    parser.add_argument("--beam", type=int, default=beam)
+    parser.add_argument("--quick", action="store_true", help="one timed call per round, one round")
+    add_timing_args(parser, repeat=1, rounds=2)
+
+
+def timing_plan(args) -> tuple[int, int, int]:
+    """(repeat, rounds, warmup) of a decoding benchmark: --quick is one timed call in one round."""
+    return (1, 1, 1) if args.quick else (args.repeat, args.rounds, 1)
+
+
 def apply_threads(args) -> None:
     if args.threads > 0:
         torch.set_num_threads(args.threads)

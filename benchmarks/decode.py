@@ -25,27 +25,19 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import add_timing_args, apply_threads, header, time_pair
+from common import add_decode_args, add_model_args, apply_threads, header, time_pair, timing_plan
 
 import transformer_lib as tl
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--src-len", type=int, default=32)
     p.add_argument("--tokens", type=str, default="32,64,128", help="new tokens, comma-separated")
-    p.add_argument("--d-model", type=int, default=256)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--layers", type=int, default=3)
-    p.add_argument("--d-ff", type=int, default=1024)
-    p.add_argument("--vocab", type=int, default=1000)
-    p.add_argument("--beam", type=int, default=4)
-    p.add_argument("--quick", action="store_true", help="one timed call per round, one round")
-    add_timing_args(p, repeat=1, rounds=2)
+    add_decode_args(p)
+    add_model_args(p)
     args = p.parse_args(argv)
     apply_threads(args)
-    repeat, rounds, warmup = (1, 1, 1) if args.quick else (args.repeat, args.rounds, 1)
+    repeat, rounds, warmup = timing_plan(args)
 
     torch.manual_seed(0)
     device = tl.default_device()

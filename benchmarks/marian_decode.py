@@ -26,7 +26,7 @@ import warnings
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import add_timing_args, apply_threads, header, time_pair
+from common import add_decode_args, add_model_args, apply_threads, header, time_pair, timing_plan
 
 import transformer_lib as tl
 
@@ -49,23 +49,15 @@ def tiny_marian(d_model: int, heads: int, layers: int, d_ff: int, vocab: int, ma
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--src-len", type=int, default=32)
     p.add_argument("--new-tokens", type=int, default=128)
-    p.add_argument("--beam", type=int, default=4)
-    p.add_argument("--d-model", type=int, default=256)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--layers", type=int, default=3)
-    p.add_argument("--d-ff", type=int, default=1024)
-    p.add_argument("--vocab", type=int, default=8000)
     p.add_argument("--full", action="store_true", help="opus-mt's sizes (512, 8 heads, 6 + 6, 2048, 58101)")
-    p.add_argument("--quick", action="store_true", help="one timed call per round, one round")
-    add_timing_args(p, repeat=1, rounds=2)
+    add_decode_args(p)
+    add_model_args(p, vocab=8000)
     args = p.parse_args(argv)
     if args.full:
         args.d_model, args.heads, args.layers, args.d_ff, args.vocab = 512, 8, 6, 2048, 58101
     apply_threads(args)
-    repeat, rounds, warmup = (1, 1, 1) if args.quick else (args.repeat, args.rounds, 1)
+    repeat, rounds, warmup = timing_plan(args)
     warnings.filterwarnings("ignore", category=UserWarning)
 
     torch.manual_seed(0)

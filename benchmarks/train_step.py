@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import add_timing_args, apply_threads, header, time_pair
+from common import add_model_args, add_timing_args, apply_threads, header, time_pair
 
 import transformer_lib as tl
 
@@ -70,11 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--length", type=int, default=32)
-    p.add_argument("--d-model", type=int, default=256)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--layers", type=int, default=3, help="encoder layers = decoder layers")
-    p.add_argument("--d-ff", type=int, default=1024)
-    p.add_argument("--vocab", type=int, default=1000)
+    add_model_args(p, layers_help="encoder layers = decoder layers")
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--norm-first", action="store_true", help="Pre-Norm (default: Post-Norm, the paper)")
     p.add_argument("--loop-steps", type=int, default=20, help="updates per timed call of the loop comparison")
