@@ -8,13 +8,15 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: setup browser export check lint test test-deep test-lib test-notebooks book check-pages bench clean help
+.PHONY: setup browser export check lint test test-deep test-lib test-notebooks test-portable book check-pages bench clean help
 .PHONY: gpu-check test-gpu-check-dry
 
 help:
 	@echo "make book   - set up .venv, check the export, execute every chapter, build the HTML into _build/html,"
 	@echo "              then check every page in headless Chromium (make check-pages)"
 	@echo "make test   - set up .venv, check the export, run pytest on tests/ and nbval on every chapter"
+	@echo "              (with BOOK_SEED=1 and AVX2 kernels: a second machine beside make book's)"
+	@echo "make test-portable - nbval on every chapter for more seeds and CPU kernel settings"
 	@echo "make export - regenerate transformer_lib/ from the chapters"
 	@echo "make lint   - ruff (library, tests, tools, benchmarks, notebooks), mypy (library) and the prose check"
 	@echo "make test-deep - the property tests, three runs with fresh seeds and ten times the examples"
@@ -68,8 +70,24 @@ check: $(STAMP)
 test-lib: check
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 tests/
 
+# The chapters under nbval as a second machine would run them: another seed (BOOK_SEED, chapter 0) and other
+# CPU kernels (ATen's AVX2 code and MKL's AVX2 path instead of this machine's AVX-512), so that the trained
+# models differ from make book's (seed 0, the machine's own kernels). Every check must hold on both.
+NOTEBOOK_ENV ?= BOOK_SEED=1 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2
+NBVAL := OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile --nbval-lax --nbval-current-env \
+         -p no:cacheprovider
 test-notebooks: check
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile --nbval-lax --nbval-current-env book/
+	$(NOTEBOOK_ENV) $(NBVAL) book/
+
+# More machines: nbval over every chapter once per setting below (about 7 minutes each on 2 cores). Run it
+# before you stop whenever a chapter changed; PORTABLE='BOOK_SEED=5,ATEN_CPU_CAPABILITY=default' picks others
+# (settings separated by spaces, variables inside one setting by commas).
+PORTABLE ?= BOOK_SEED=2,ATEN_CPU_CAPABILITY=default,MKL_ENABLE_INSTRUCTIONS=AVX2 \
+            BOOK_SEED=3,ATEN_CPU_CAPABILITY=avx512,MKL_ENABLE_INSTRUCTIONS=AVX512 \
+            BOOK_SEED=7
+test-portable: check
+	@for setting in $(PORTABLE); do echo "== nbval on every chapter with $$setting"; \
+	  env $$(echo $$setting | tr ',' ' ') $(NBVAL) book/ || { echo "failed with $$setting"; exit 1; }; done
 
 # ruff over the library, tests, tools, benchmarks and notebooks; the notebooks' code (and so the modules
 # exported from it) must also fit the book's code column of 88 characters; mypy over transformer_lib;
@@ -103,10 +121,11 @@ test-deep: check
 	  || exit 1; done
 
 # Every chapter runs from the top in a fresh kernel, two at a time (tools/execute_book.py, into an
-# emptied jupyter-cache); jupyter-book then reads their outputs from the cache.
+# emptied jupyter-cache), with seed 0 and the machine's own CPU kernels; jupyter-book then reads their
+# outputs from the cache.
 book: check
 	rm -rf _build/html _build/.doctrees _build/.jupyter_cache
-	OMP_NUM_THREADS=1 $(BIN)/python tools/execute_book.py --jobs 2
+	BOOK_SEED=0 OMP_NUM_THREADS=1 $(BIN)/python tools/execute_book.py --jobs 2
 	$(BIN)/jupyter-book build . --all -W -n --keep-going
 	$(MAKE) --no-print-directory check-pages
 

@@ -5,6 +5,7 @@ written by hand: it re-exports each module's public names (its ``__all__``), in 
 order.
 The command-line tool (``transformer_lib.cli``) is not imported here.
 """
+from transformer_lib.seeding import *  # noqa: F403  chapter 0
 from transformer_lib.checks import *  # noqa: F403  chapter 1
 from transformer_lib.embedding import *  # noqa: F403  chapter 1
 from transformer_lib.positional import *  # noqa: F403  chapter 2
