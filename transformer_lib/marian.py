@@ -1,7 +1,7 @@
 """Generated from book/appendix_marian.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: d114bd242ec6c034
+# digest: 70e1fd0dfe5e2871
 # fmt: off
 
 # [book/appendix_marian.ipynb, cell 5]
@@ -116,7 +116,7 @@ def from_marian(hf_model: Any) -> Transformer:
     return model.eval()
 
 
-# [book/appendix_marian.ipynb, cell 15]
+# [book/appendix_marian.ipynb, cell 17]
 class MarianTokenizerAdapter:
     """A ``transformers`` ``MarianTokenizer`` (SentencePiece) with the interface of
     :class:`~transformer_lib.tokenizer.BPETokenizer`: ``vocab_size``, ``encode``,
@@ -194,7 +194,7 @@ class MarianTokenizerAdapter:
         return cls(hf)
 
 
-# [book/appendix_marian.ipynb, cell 19]
+# [book/appendix_marian.ipynb, cell 21]
 #: the file that records a model directory's tokenizer kind; where Marian's files go
 TOKENIZER_KIND_FILE, MARIAN_TOKENIZER_DIR = "tokenizer_kind.json", "marian_tokenizer"
 
