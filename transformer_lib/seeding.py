@@ -1,7 +1,7 @@
 """Generated from book/00_overview.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 2837982e226a5d47
+# digest: a03098fb595fd35f
 # fmt: off
 
 # [book/00_overview.ipynb, cell 4]
@@ -12,7 +12,8 @@ import random
 
 import torch
 
-SEED_STRIDE = 1000      # offsets 0..999 of one run never reach the next run's seeds
+#: A run's seeds are ``1000 * BOOK_SEED + offset``, offset 0 to 999: two runs never share one.
+SEED_STRIDE = 1000
 
 
 def book_seed(offset: int = 0) -> int:
