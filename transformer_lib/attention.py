@@ -1,7 +1,7 @@
 """Generated from book/03_attention.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 7d526560fe7b4fe4
+# digest: 1a4c608bf95560ee
 # fmt: off
 
 # [book/03_attention.ipynb, cell 8]
@@ -74,10 +74,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     attend, and broadcasts to (…, Lq, Lk). Returns (output (…, Lq, d_v),
     weights (…, Lq, Lk)).
 
-    A query row whose keys are all masked gets zero weights and a zero output (as
-    PyTorch's ``scaled_dot_product_attention``), never NaN. ``dropout_p`` drops weights
-    (training only: pass 0.0 at evaluation). Half-precision inputs have their softmax
-    computed in float32.
+    A query row whose keys are all masked gets zero weights and a zero output, never
+    NaN, whatever PyTorch's ``scaled_dot_product_attention`` does in the installed
+    version (recent ones return zeros too; older ones' math path returned NaN).
+    ``dropout_p`` drops weights (training only: pass 0.0 at evaluation).
+    Half-precision inputs have their softmax computed in float32.
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() < 2:
