@@ -1,7 +1,7 @@
 """Generated from book/00_overview.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: a03098fb595fd35f
+# digest: 18531a6dafdbe203
 # fmt: off
 
 # [book/00_overview.ipynb, cell 4]
@@ -12,7 +12,8 @@ import random
 
 import torch
 
-#: A run's seeds are ``1000 * BOOK_SEED + offset``, offset 0 to 999: two runs never share one.
+#: A run's seeds are ``1000 * BOOK_SEED + offset``, offset 0 to 999: no two runs
+#: share one.
 SEED_STRIDE = 1000
 
 
