@@ -1,7 +1,7 @@
 """Generated from book/11_decoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 6a8d22de45e1b64b
+# digest: 655a5541060dcd92
 # fmt: off
 
 # [book/11_decoding.ipynb, cell 13]
@@ -235,6 +235,60 @@ def decode_with(model: Seq2SeqModel, src: torch.Tensor, max_len: int,
     return ys
 
 
+# [book/11_decoding.ipynb, cell 28]
+def token_scores(model: Seq2SeqModel, src: torch.Tensor,
+                 ids: torch.Tensor) -> torch.Tensor:
+    """The log-probability the model gives each generated token of a decode, in one
+    teacher-forced pass (Hugging Face's ``compute_transition_scores``, for any output).
+
+    src (B, S) and ids (B, T), T >= 2, laid out as the decoders return them
+    (:func:`greedy_decode`, :func:`~transformer_lib.beam.beam_search`,
+    :func:`~transformer_lib.sampling.sample`: bos first, pad after a sentence's eos)
+    -> scores (B, T-1), float32: ``scores[b, j] = log p(ids[b, j+1] | ids[b, :j+1],
+    src[b])`` under the distribution the decoders choose from (pad and bos excluded,
+    so such a token scores -inf). The positions after a row's first eos are padding
+    and score 0, so ``scores.sum(-1)`` is each output's log-probability, eos included
+    (a row without eos, cut at max_len, counts every position). Eval mode and no
+    gradients, as the decoders; src and ids are moved to the model's device.
+    ``model``: the members of :class:`Seq2SeqModel` (``encode`` and ``decode`` are
+    used), or a model with a ``stepper`` of its own and a ``model(src, tgt_in)`` that
+    returns the logits of the target positions (the decoder-only model of chapter 13).
+    Raises ValueError, naming the argument, for ids of the wrong shape, outside the
+    vocabulary, not starting with bos, or longer than the model's ``max_len``.
+    """
+    check_model(model)
+    src = check_src(model, src)
+    c = model.config
+    check_token_ids(ids, c.tgt_vocab_size, "ids", dims=2)
+    if ids.size(0) != src.size(0) or ids.size(1) < 2:
+        raise ValueError(f"ids must be a (B, T) tensor with T >= 2 and B = src's "
+                         f"{src.size(0)} rows, got shape {tuple(ids.shape)}")
+    if ids.size(1) - 1 > c.max_len:
+        raise ValueError(f"ids has {ids.size(1) - 1} positions after bos, more than "
+                         f"the model's max_len={c.max_len}")
+    ids = ids.to(src.device)
+    if bool((ids[:, 0] != c.bos_id).any()):                     # one read-back
+        raise ValueError(f"ids must start with bos (id {c.bos_id}) in every row, as "
+                         f"the decoders' outputs do")
+    tgt_in, generated = ids[:, :-1], ids[:, 1:]                # (B, T-1) each
+    with decoding_mode(model):
+        if callable(getattr(model, "encode", None)):
+            src_mask = padding_mask(src, c.pad_id)                        # (B, 1, 1, S)
+            memory = model.encode(src, src_mask)                          # (B, S, d)
+            logits = model.decode(tgt_in, memory, src_mask)               # (B, T-1, V)
+        else:                                     # a model with its own stepper
+            forward: Any = model                  # its forward: model(src, tgt_in)
+            logits = forward(src, tgt_in)                                 # (B, T-1, V)
+    forbidden = torch.tensor(sorted({c.pad_id, c.bos_id}), device=ids.device)
+    logits = logits.float().index_fill(-1, forbidden, float("-inf"))
+    logp = torch.log_softmax(logits, dim=-1)                              # (B, T-1, V)
+    scores = logp.gather(-1, generated[..., None])[..., 0]                # (B, T-1)
+    # padding: every position after the first eos (an exclusive running count)
+    is_eos = (generated == c.eos_id).long()
+    after_eos = is_eos.cumsum(dim=1) - is_eos > 0                         # (B, T-1)
+    return scores.masked_fill(after_eos, 0.0)
+
+
 __all__ = [
     'DecodingConfig',
     'Seq2SeqModel',
@@ -248,4 +302,5 @@ __all__ = [
     'start_decoding',
     'greedy_decode',
     'decode_with',
+    'token_scores',
 ]

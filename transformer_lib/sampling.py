@@ -1,10 +1,10 @@
 """Generated from book/11_decoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 7faa9ee066366532
+# digest: b6bebdac8e670886
 # fmt: off
 
-# [book/11_decoding.ipynb, cell 51]
+# [book/11_decoding.ipynb, cell 59]
 from __future__ import annotations
 
 from typing import Any
@@ -74,7 +74,7 @@ def _filtered(logits: torch.Tensor, temperature: float, top_k: int,
     return probs
 
 
-# [book/11_decoding.ipynb, cell 53]
+# [book/11_decoding.ipynb, cell 61]
 def sample(model: Seq2SeqModel, src: torch.Tensor, max_len: int,
            temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
            generator: torch.Generator | None = None,
