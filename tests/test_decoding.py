@@ -30,12 +30,13 @@ from transformer_lib.sampling import sample, sampling_distribution
 PAD, BOS, EOS = 0, 1, 2
 
 
-def make_model(seed: int = 0, V: int = 10, norm_first: bool = False, eos_boost: float = 1.5, n_layers: int = 2):
+def make_model(seed: int = 0, V: int = 10, norm_first: bool = False, eos_boost: float = 1.5, n_layers: int = 2,
+               dropout: float = 0.1):
     """A random-weight float64 model. ``eos_boost`` scales the (tied) eos row so that eos is chosen
     often enough for finished sentences to be exercised."""
     torch.manual_seed(seed)
     cfg = tl.TransformerConfig(V, V, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=n_layers,
-                               d_ff=32, dropout=0.1, norm_first=norm_first, max_len=40)
+                               d_ff=32, dropout=dropout, norm_first=norm_first, max_len=40)
     model = tl.Transformer(cfg).double()
     with torch.no_grad():
         model.tgt_embed.weight[EOS] *= eos_boost

@@ -10,33 +10,13 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_decoding import BOS, EOS, PAD, make_model, make_src
 
 import transformer_lib as tl
 from transformer_lib.beam import beam_search, length_penalty_factor
 from transformer_lib.decoder_only import DecoderOnlyConfig, DecoderOnlyLM
 from transformer_lib.decoding import decoding_mode, greedy_decode, start_decoding, token_scores
 from transformer_lib.sampling import sample
-
-PAD, BOS, EOS = 0, 1, 2
-
-
-def make_model(seed: int = 0, V: int = 10, eos_boost: float = 1.5, dropout: float = 0.1):
-    """A random-weight float64 model whose (tied) eos row is scaled so that eos is chosen often enough."""
-    torch.manual_seed(seed)
-    cfg = tl.TransformerConfig(V, V, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=2, d_ff=32,
-                               dropout=dropout, max_len=40)
-    model = tl.Transformer(cfg).double()
-    with torch.no_grad():
-        model.tgt_embed.weight[EOS] *= eos_boost
-    return model
-
-
-def make_src(seed: int, B: int, S: int, V: int = 10) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    src = torch.randint(3, V, (B, S), generator=g)
-    lengths = torch.randint(1, S + 1, (B,), generator=g)
-    src[torch.arange(S)[None, :] >= lengths[:, None]] = PAD                    # right padding
-    return src
 
 
 def stepwise_scores(model, src: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
