@@ -1,7 +1,7 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: f7ed4e0d393dc39c
+# digest: e660ab4e72333ff8
 # fmt: off
 
 # [book/12_translation.ipynb, cell 35]
@@ -216,7 +216,7 @@ def bleu_ci(hypotheses: Sequence[str], references: Sequence[str], *,
     return bootstrap_ci(counts, score, n_resamples=n_resamples, level=level, seed=seed)
 
 
-# [book/12_translation.ipynb, cell 72]
+# [book/12_translation.ipynb, cell 75]
 class ModelDirError(ValueError):
     """A model directory that is missing, incomplete or damaged."""
 
@@ -268,7 +268,7 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-# [book/12_translation.ipynb, cell 75]
+# [book/12_translation.ipynb, cell 78]
 def _differences(file: Path, config: TransformerConfig, stored: dict,
                  where: str) -> None:
     """Raise :class:`ModelDirError` naming ``file`` and the first fields (all but
@@ -305,7 +305,7 @@ def _check_record(path: Path, config: TransformerConfig, weights: Path) -> None:
                             "differs)")
 
 
-# [book/12_translation.ipynb, cell 77]
+# [book/12_translation.ipynb, cell 80]
 def load_tokenizer(path) -> TextTokenizer:
     """The tokenizer of the model directory ``path``: the kind that
     ``tokenizer_kind.json`` records (``{"kind": ..., "path": ...}``, the path relative
@@ -340,7 +340,7 @@ def load_tokenizer(path) -> TextTokenizer:
         raise ModelDirError(f"{where}: {exc}") from None
 
 
-# [book/12_translation.ipynb, cell 78]
+# [book/12_translation.ipynb, cell 81]
 def load_config_and_tokenizer(path) -> tuple[TransformerConfig, TextTokenizer]:
     """Read ``config.json`` and the tokenizer (:func:`load_tokenizer`) of the model
     directory ``path`` and check that they agree; a missing or damaged file raises
@@ -390,7 +390,7 @@ def load_model_dir(path, device: str | torch.device | None = None
     return model.to(device).eval(), tokenizer
 
 
-# [book/12_translation.ipynb, cell 80]
+# [book/12_translation.ipynb, cell 83]
 def load_resume_setup(path) -> tuple[TransformerConfig, BPETokenizer]:
     """The config and tokenizer to resume the run of the model directory ``path``:
     ``config.json`` and ``tokenizer.json`` checked against ``checkpoint.pt`` (the
