@@ -79,7 +79,7 @@ NBVAL := OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile --nbv
 test-notebooks: check
 	$(NOTEBOOK_ENV) $(NBVAL) book/
 
-# More machines: nbval over every chapter once per setting below (about 7 minutes each on 2 cores). Run it
+# More machines: nbval over every chapter once per setting below (3 to 4 minutes each on 2 cores). Run it
 # before you stop whenever a chapter changed; PORTABLE='BOOK_SEED=5,ATEN_CPU_CAPABILITY=default' picks others
 # (settings separated by spaces, variables inside one setting by commas).
 PORTABLE ?= BOOK_SEED=2,ATEN_CPU_CAPABILITY=default,MKL_ENABLE_INSTRUCTIONS=AVX2 \
