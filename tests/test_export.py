@@ -193,12 +193,81 @@ def test_export_without_default_exp_is_an_error(tmp_path: Path):
         export.export_all(tmp_path)
 
 
-def test_two_chapters_exporting_one_module_is_an_error(tmp_path: Path):
-    _write_notebook(tmp_path, "01_a.ipynb", _chapter())
-    _write_notebook(tmp_path, "02_b.ipynb", _chapter())
-    with pytest.raises(export.ExportError, match="module 'toy' is exported by both"):
-        export.export_all(tmp_path)
+def _headed_chapter() -> list[dict]:
+    """``_chapter()`` with its imports in a cell of their own, as the book's chapters have them."""
+    head, code = BODY_1.split("\n\n\ndef ")
+    return [_cell("code", "#| default_exp toy"), _cell("code", "#| export\n" + head),
+            _cell("code", "#| export\ndef " + code), _cell("code", "#| export\n" + BODY_2)]
 
+
+def _appendix(extra: str = "") -> list[dict]:
+    """A later page that adds to the module ``toy`` of ``_chapter()``: its imports, a function, a method."""
+    return [
+        _cell("markdown", "# An appendix"),
+        _cell("code", "#| export toy\nimport os\n#| from transformer_lib.other import helper"),
+        _cell("code", "#| export toy\ndef where() -> str:\n    return os.sep + str(double(1))" + extra),
+    ]
+
+
+def test_a_later_page_extends_an_earlier_module(tmp_path: Path):
+    _write_notebook(tmp_path, "01_a.ipynb", _headed_chapter())
+    _write_notebook(tmp_path, "zz_appendix.ipynb", _appendix())
+    text = export.export_all(tmp_path)[tmp_path / "transformer_lib" / "toy.py"]
+    assert text.startswith('"""Generated from book/01_a.ipynb: edit the notebook')
+    assert "Extended by book/zz_appendix.ipynb." in text
+    # the appendix's import cell joins the chapter's imports; its code follows the chapter's
+    assert text.index("import math") < text.index("import os") < text.index("def double")
+    assert "from transformer_lib.other import helper" in text
+    assert text.index("def _helper") < text.index("def where")
+    assert "# [book/zz_appendix.ipynb, cell 3]" in text
+    namespace: dict = {}
+    exec(compile(text.replace("from transformer_lib.other import helper", ""), "toy.py", "exec"), namespace)
+    assert namespace["where"]().endswith("2")
+    assert "__all__ = ['double', 'SCALE', 'Thing', 'where']" in text
+    tree = ast.parse(text)
+    assert all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in tree.body[1:5])  # docstring, then imports
+
+
+def test_a_later_import_cell_never_goes_above_a_future_import(tmp_path: Path):
+    _write_notebook(tmp_path, "01_a.ipynb", _chapter())        # __future__ and code in one cell
+    _write_notebook(tmp_path, "zz_appendix.ipynb", _appendix())
+    text = export.export_all(tmp_path)[tmp_path / "transformer_lib" / "toy.py"]
+    assert text.index("from __future__") < text.index("import os")
+
+
+def test_the_order_of_the_pages_is_the_table_of_contents(tmp_path: Path):
+    # by name the appendix would come first; _toc.yml puts it after the chapter
+    _write_notebook(tmp_path, "02_chapter.ipynb", _headed_chapter())
+    _write_notebook(tmp_path, "01_appendix.ipynb", _appendix())
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nparts:\n  - chapters:\n"
+                                       "      - file: book/02_chapter\n        sections:\n"
+                                       "          - file: book/01_appendix\n", encoding="utf-8")
+    text = export.export_all(tmp_path)[tmp_path / "transformer_lib" / "toy.py"]
+    assert "Generated from book/02_chapter.ipynb" in text and "Extended by book/01_appendix.ipynb" in text
+    assert text.index("def double") < text.index("def where")
+
+
+def test_a_later_page_may_reopen_a_class_of_the_earlier_one(tmp_path: Path):
+    _write_notebook(tmp_path, "01_toy.ipynb", _reopening_chapter()[:2])
+    _write_notebook(tmp_path, "02_more.ipynb", [_cell("code", "#| export toy\n" + REOPEN_1)])
+    text = export.export_all(tmp_path)[tmp_path / "transformer_lib" / "toy.py"]
+    classes = [n for n in ast.parse(text).body if isinstance(n, ast.ClassDef)]
+    assert [m.name for m in classes[0].body if isinstance(m, ast.FunctionDef)] == ["__init__", "add"]
+    assert "    # [book/02_more.ipynb, cell 1]" in text
+
+
+def test_writing_one_page_writes_the_whole_module_it_extends(tmp_path: Path):
+    _write_notebook(tmp_path, "01_a.ipynb", _headed_chapter())
+    _write_notebook(tmp_path, "zz_appendix.ipynb", _appendix())
+    whole = export.export_all(tmp_path)
+    assert export.export_all(tmp_path, only=["zz_appendix.ipynb"]) == whole
+
+
+def test_a_syntax_error_across_pages_names_both(tmp_path: Path):
+    _write_notebook(tmp_path, "01_a.ipynb", _chapter())
+    _write_notebook(tmp_path, "zz_appendix.ipynb", _appendix("\n    return (("))
+    with pytest.raises(export.ExportError, match=r"book/01_a.ipynb and book/zz_appendix.ipynb.*'toy'"):
+        export.export_all(tmp_path)
 
 
 def test_syntax_error_in_an_exported_cell_names_the_chapter(tmp_path: Path):

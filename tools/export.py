@@ -12,6 +12,10 @@ The book is the source of the library (literate programming, nbdev's directive s
   holds only ``class Name(Name):`` (the notebook's way of adding methods to the ``Name`` defined in an
   earlier cell) is folded into the body of that earlier class in the generated module. Such a cell may
   not call ``super()``: in the notebook it would reach the earlier ``Name``, in the module the real base;
+* a later page of the book (in the order of ``_toc.yml``) may add to a module of an earlier one, as an
+  appendix adds to its chapter's modules: its cells are appended after the earlier page's, a cell that
+  holds only imports joins the module's imports at the top, and a ``class Name(Name):`` cell may reopen
+  a class of the earlier page. The module's header names the page that made it and those that extend it;
 * a module exported by a chapter that builds several modules imports the others' names with a
   directive line, ``#| from transformer_lib.checks import check_token_ids``: a comment in the notebook
   (whose kernel already holds the chapter's own definition), a real import in the generated module.
@@ -98,6 +102,17 @@ def _module_only(line: str) -> str:
     return m.group(1) + m.group(2) if m else line
 
 
+def book_order(root: Path) -> list[Path]:
+    """The notebooks under ``root/book`` in the order of ``_toc.yml`` (those it does not list follow, by
+    name), the order in which a later page may extend an earlier page's module."""
+    toc = root / "_toc.yml"
+    listed = re.findall(r"^\s*-?\s*file:\s*(\S+)\s*$", toc.read_text(encoding="utf-8"), re.M) if toc.exists() else []
+    rank = {name: i for i, name in enumerate(listed)}
+    notebooks = sorted((root / "book").glob("*.ipynb"))
+    return sorted(notebooks, key=lambda p: (rank.get(p.relative_to(root).with_suffix("").as_posix(), len(rank)),
+                                             p.name))
+
+
 def read_chapter(path: Path) -> dict[str, list[tuple[int, str]]]:
     """{module: [(cell index, exported body), ...] in order} of one notebook."""
     bodies: dict[str, list[tuple[int, str]]] = {}
@@ -166,11 +181,24 @@ def _fold(notebook_rel: str, index: int, node: ast.ClassDef, body: str) -> list[
     return ["", "    " + provenance(notebook_rel, index), *rest]
 
 
-def render_module(notebook_rel: str, cells: list[tuple[int, str]]) -> str:
-    """The full text of a generated module: each cell behind its provenance comment, reopened classes folded."""
+def _imports_only(body: str) -> bool:
+    try:
+        tree = ast.parse(body)
+    except SyntaxError:
+        return False
+    return bool(tree.body) and all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in tree.body)
+
+
+def render_module(cells: list[tuple[str, int, str]]) -> str:
+    """The full text of a generated module from its cells, (notebook, cell index, body) in book order: each
+    cell behind its provenance comment, reopened classes folded, a later page's import cells moved up to
+    the module's imports."""
     chunks: list[list[str]] = []
     class_end: dict[str, tuple[int, int]] = {}  # class name -> (chunk, line after its body)
-    for index, cell_body in cells:
+    first = cells[0][0]
+    pages = list(dict.fromkeys(rel for rel, _, _ in cells))
+    n_imports = 0  # leading chunks that hold only imports
+    for notebook_rel, index, cell_body in cells:
         node = _reopened_class(cell_body, set(class_end))
         if node is not None:
             chunk, end = class_end[node.name]
@@ -182,6 +210,13 @@ def render_module(notebook_rel: str, cells: list[tuple[int, str]]) -> str:
             class_end[node.name] = (chunk, end + len(extra))
             continue
         lines = [provenance(notebook_rel, index), *cell_body.splitlines()]
+        if notebook_rel != first and _imports_only(cell_body):  # a later page's imports join the top
+            if n_imports == 0 and chunks and "from __future__" in "\n".join(chunks[0]):
+                n_imports = 1                           # never above a __future__ import
+            chunks.insert(n_imports, lines)
+            class_end = {k: (c + (c >= n_imports), e) for k, (c, e) in class_end.items()}
+            n_imports += 1
+            continue
         try:
             tree = ast.parse(cell_body)
         except SyntaxError:
@@ -189,6 +224,8 @@ def render_module(notebook_rel: str, cells: list[tuple[int, str]]) -> str:
         for top in tree.body if tree else []:
             if isinstance(top, ast.ClassDef):
                 class_end[top.name] = (len(chunks), (top.end_lineno or top.lineno) + 1)
+        if n_imports == len(chunks) and _imports_only(cell_body):
+            n_imports += 1
         chunks.append(lines)
     body = "\n\n\n".join("\n".join(lines) for lines in chunks) + "\n"
     names = public_names(body)
@@ -196,8 +233,9 @@ def render_module(notebook_rel: str, cells: list[tuple[int, str]]) -> str:
     if len(all_line) > 89:  # one name a line, within the book's 88 columns
         all_line = "__all__ = [\n" + "".join(f"    {n!r},\n" for n in names) + "]\n"
     content = body + "\n\n" + all_line
+    extended = "".join(f"Extended by {rel}.\n" for rel in pages[1:])
     header = (
-        f'"""Generated from {notebook_rel}: edit the notebook, not this file.\n\n'
+        f'"""Generated from {first}: edit the notebook, not this file.\n{extended}\n'
         f'Regenerate with ``python tools/export.py``."""\n'
         f"# digest: {digest(content)}\n"
         "# fmt: off\n\n"
@@ -206,27 +244,27 @@ def render_module(notebook_rel: str, cells: list[tuple[int, str]]) -> str:
 
 
 def export_all(root: Path = ROOT, only: list[str] | None = None) -> dict[Path, str]:
-    """Map each module path to its expected text, from every chapter under ``root/book`` (or the
-    chapters named in ``only``, by file name or path)."""
+    """Map each module path to its expected text, from every chapter under ``root/book`` (or the modules
+    that the chapters named in ``only``, by file name or path, write to)."""
     out: dict[Path, str] = {}
-    owners: dict[str, Path] = {}
-    for nb_path in sorted((root / "book").glob("*.ipynb")):
-        if only and not any(nb_path.name == Path(o).name for o in only):
-            continue
-        modules = read_chapter(nb_path)
+    parts: dict[str, list[tuple[str, int, str]]] = {}  # module -> its cells, in book order
+    for nb_path in book_order(root):
         rel = nb_path.relative_to(root).as_posix()
-        for module, cells in modules.items():
-            if module in owners:
-                raise ExportError(f"module '{module}' is exported by both {owners[module]} and {nb_path}")
-            owners[module] = nb_path
-            target = root / "transformer_lib" / (module.replace(".", "/") + ".py")
-            try:
-                text = render_module(rel, cells)
-                compile(text, target.relative_to(root).as_posix(), "exec", dont_inherit=True)
-            except SyntaxError as exc:  # name the chapter, not just a line of the generated text
-                raise ExportError(f"{rel}: the cells it exports to '{module}' are not valid Python: "
-                                  f"{exc.msg} (line {exc.lineno} of the generated module)") from exc
-            out[target] = text
+        for module, cells in read_chapter(nb_path).items():
+            parts.setdefault(module, []).extend((rel, index, body) for index, body in cells)
+    for module, cells in parts.items():
+        pages = {Path(rel).name for rel, _, _ in cells}
+        if only and not pages & {Path(o).name for o in only}:
+            continue
+        target = root / "transformer_lib" / (module.replace(".", "/") + ".py")
+        try:
+            text = render_module(cells)
+            compile(text, target.relative_to(root).as_posix(), "exec", dont_inherit=True)
+        except SyntaxError as exc:  # name the chapter, not just a line of the generated text
+            rels = " and ".join(dict.fromkeys(rel for rel, _, _ in cells))
+            raise ExportError(f"{rels}: the cells they export to '{module}' are not valid Python: "
+                              f"{exc.msg} (line {exc.lineno} of the generated module)") from exc
+        out[target] = text
     return out
 
 
