@@ -1,7 +1,7 @@
 """Generated from book/07_encoder.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 3a4c6133886842ac
+# digest: 0206091c9de5ed74
 # fmt: off
 
 # [book/07_encoder.ipynb, cell 5]
@@ -81,7 +81,7 @@ class Encoder(nn.Module):
         return self.norm(x)
 
 
-# [book/07_encoder.ipynb, cell 13]
+# [book/07_encoder.ipynb, cell 27]
 @torch.no_grad()
 def load_torch_encoder_layer(layer: _M, reference: nn.Module) -> _M:
     """Copy the weights of a ``nn.TransformerEncoderLayer`` into ``layer`` (an

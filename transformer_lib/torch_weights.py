@@ -1,10 +1,10 @@
 """Generated from book/07_encoder.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 6b60394da604548c
+# digest: 53e6c87b201f8178
 # fmt: off
 
-# [book/07_encoder.ipynb, cell 7]
+# [book/07_encoder.ipynb, cell 21]
 from __future__ import annotations
 
 import inspect
@@ -70,7 +70,7 @@ def expect_torch(reference: object, cls: type[_T]) -> _T:
     return reference
 
 
-# [book/07_encoder.ipynb, cell 9]
+# [book/07_encoder.ipynb, cell 23]
 def check_same(what: str, reference: object, ours: object) -> None:
     """A ValueError naming ``what`` unless PyTorch's setting equals ours."""
     if reference != ours:
@@ -129,7 +129,7 @@ def check_torch_stack(stack: LayerStack, reference: _TorchStack) -> None:
         check_norm(stack.norm, reference.norm)
 
 
-# [book/07_encoder.ipynb, cell 11]
+# [book/07_encoder.ipynb, cell 25]
 @torch.no_grad()
 def copy_attention(ours: MultiHeadAttention, reference: nn.MultiheadAttention) -> None:
     """Copy the projections of ``nn.MultiheadAttention`` (``in_proj``, ``out_proj``)."""
