@@ -1,24 +1,29 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
+Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: bb79c6b62c641544
+# digest: 9c631b15839a5127
 # fmt: off
 
-# [book/10_training.ipynb, cell 15]
+# [book/10_training.ipynb, cell 14]
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import torch
+
+
+# [book/appendix_training_run.ipynb, cell 18]
+import os
+from typing import Any
+
 from torch import nn
 
 from transformer_lib.checkpoint import CheckpointError, load_checkpoint
 from transformer_lib.checkpoint import unwrap_model
 
 
-# [book/10_training.ipynb, cell 69]
+# [book/10_training.ipynb, cell 62]
 def average_state_dicts(
         state_dicts: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """The element-wise mean of several state dicts of one model: floating-point tensors
@@ -61,7 +66,7 @@ def average_state_dicts(
     return averaged
 
 
-# [book/10_training.ipynb, cell 71]
+# [book/appendix_training_run.ipynb, cell 19]
 def average_checkpoints(paths: Sequence[str | os.PathLike],
                         model: nn.Module | None = None) -> dict[str, torch.Tensor]:
     """The mean of the model weights of the checkpoints at ``paths`` (written by

@@ -1,16 +1,14 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
+Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: cb637694351eee48
+# digest: 7b663a7bbeb76a7a
 # fmt: off
 
 # [book/10_training.ipynb, cell 10]
 from __future__ import annotations
 
-import os
-import pickle
 import random
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +18,13 @@ import torch
 from torch import nn
 
 
-# [book/10_training.ipynb, cell 59]
+# [book/appendix_training_run.ipynb, cell 6]
+import os
+import pickle
+import re
+
+
+# [book/10_training.ipynb, cell 58]
 def unwrap_model(model: nn.Module) -> nn.Module:
     """The model inside a ``DistributedDataParallel`` (or ``DataParallel``) wrapper,
     else ``model`` itself: what a checkpoint stores, so that it loads with or without
@@ -58,16 +62,82 @@ def restore_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all([s.cpu() for s in cuda])
 
 
-# [book/10_training.ipynb, cell 61]
+# [book/10_training.ipynb, cell 60]
+@dataclass
+class RunPosition:
+    """Where a training run stands: ``step`` (updates made), ``epoch``, ``in_epoch``
+    (batches of the epoch used), ``epoch_rng`` (the RNG state the epoch's shuffle
+    started from) and, right after a resume, ``resume_rng`` (the RNG state to go on
+    from)."""
+
+    step: int = 0
+    epoch: int = 0
+    in_epoch: int = 0
+    epoch_rng: dict[str, Any] | None = None
+    resume_rng: dict[str, Any] | None = None
+
+    # [book/appendix_training_run.ipynb, cell 16]
+    @classmethod
+    def from_checkpoint(cls, state: dict[str, Any], rank: int = 0,
+                        world_size: int = 1) -> RunPosition:
+        """The position in a checkpoint that ``train`` wrote (see
+        :func:`load_checkpoint`), for process ``rank`` of ``world_size``: with that
+        process's own random states when the checkpoint holds one entry per process
+        (``extra["ranks"]``), else with those of the process that wrote it. A
+        checkpoint of N processes raises :class:`CheckpointError` for another
+        ``world_size``."""
+        extra = state["extra"]
+        if not {"epoch", "in_epoch", "epoch_rng"} <= extra.keys():
+            raise CheckpointError("the checkpoint holds no position in an epoch: it "
+                                  "was not written by train()")
+        rng, epoch_rng, ranks = state["rng"], extra["epoch_rng"], extra.get("ranks")
+        if ranks is not None:
+            if not isinstance(ranks, list) or len(ranks) != world_size:
+                n = len(ranks) if isinstance(ranks, list) else "?"
+                raise CheckpointError(
+                    f"the checkpoint holds the random states of {n} process(es), "
+                    f"this run has {world_size}: it resumes exactly only with {n}")
+            rng, epoch_rng = ranks[rank]["rng"], ranks[rank]["epoch_rng"]
+        return cls(state["step"], extra["epoch"], extra["in_epoch"], epoch_rng,
+                   resume_rng=rng)
+
+
+def epoch_batches(loader: Iterable, position: RunPosition) -> Iterator:
+    """The batches of epoch ``position.epoch`` of ``loader``, from ``position.in_epoch``
+    on, in the order an uninterrupted run saw them."""
+    if position.epoch_rng is None:
+        position.epoch_rng = capture_rng_state()     # the state the shuffle starts from
+    else:
+        restore_rng_state(position.epoch_rng)        # resuming: replay the shuffle
+    for name in ("batch_sampler", "sampler"):
+        set_epoch = getattr(getattr(loader, name, None), "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(position.epoch)
+    batches = iter(loader)
+    for used in range(position.in_epoch):            # resuming: skip the batches used
+        if next(batches, None) is None:
+            raise ValueError(
+                f"cannot resume at batch {position.in_epoch} of epoch "
+                f"{position.epoch}: the loader gives only {used} batches in that "
+                "epoch (other data or another batch size than the run that was "
+                "saved?)")
+    if position.resume_rng is not None:              # ... and go on from the stop
+        restore_rng_state(position.resume_rng)
+        position.resume_rng = None
+    return batches
+
+
+# [book/10_training.ipynb, cell 76]
+class NonFiniteError(FloatingPointError, ValueError):
+    """Non-finite values (NaN or inf) where a run needs finite ones: in the weights or
+    optimizer state about to be saved, or in the training loss."""
+
+
+# [book/appendix_training_run.ipynb, cell 8]
 class CheckpointError(ValueError):
     """A file that is not a usable checkpoint: empty, truncated, not written by
     :func:`save_checkpoint`, refused by the safe loader, or for another model. The
     message names the file and what is wrong."""
-
-
-class NonFiniteError(FloatingPointError, ValueError):
-    """Non-finite values (NaN or inf) where a run needs finite ones: in the weights or
-    optimizer state about to be saved, or in the training loss."""
 
 
 def _non_finite(state: Any, prefix: str) -> list[str]:
@@ -112,7 +182,7 @@ def remove_stale_temporaries(path: str) -> None:
             pass
 
 
-# [book/10_training.ipynb, cell 63]
+# [book/appendix_training_run.ipynb, cell 10]
 def save_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: Any = None,
                     scheduler: Any = None, scaler: Any = None, step: int = 0,
                     **extra: Any) -> None:
@@ -159,7 +229,7 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: Any = 
 CHECKPOINT_FORMAT = "transformer_lib checkpoint 1"
 
 
-# [book/10_training.ipynb, cell 65]
+# [book/appendix_training_run.ipynb, cell 12]
 def _read_checkpoint(path: str, map_location: Any) -> dict[str, Any]:
     """``torch.load(weights_only=True)`` of ``path``, with one clear error per way a
     file can fail to be a checkpoint of this library."""
@@ -228,7 +298,7 @@ def _check_fits(path: str, net: nn.Module, state: dict[str, Any]) -> None:
                                  if len(problems) > 4 else ""))
 
 
-# [book/10_training.ipynb, cell 67]
+# [book/appendix_training_run.ipynb, cell 14]
 def load_checkpoint(path: str | os.PathLike, model: nn.Module | None = None,
                     optimizer: Any = None, scheduler: Any = None, scaler: Any = None,
                     map_location: Any = "cpu",
@@ -269,80 +339,16 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module | None = None,
     return state
 
 
-# [book/10_training.ipynb, cell 73]
-@dataclass
-class RunPosition:
-    """Where a training run stands: ``step`` (updates made), ``epoch``, ``in_epoch``
-    (batches of the epoch used), ``epoch_rng`` (the RNG state the epoch's shuffle
-    started from) and, right after a resume, ``resume_rng`` (the RNG state to go on
-    from)."""
-
-    step: int = 0
-    epoch: int = 0
-    in_epoch: int = 0
-    epoch_rng: dict[str, Any] | None = None
-    resume_rng: dict[str, Any] | None = None
-
-    @classmethod
-    def from_checkpoint(cls, state: dict[str, Any], rank: int = 0,
-                        world_size: int = 1) -> RunPosition:
-        """The position in a checkpoint that ``train`` wrote (see
-        :func:`load_checkpoint`), for process ``rank`` of ``world_size``: with that
-        process's own random states when the checkpoint holds one entry per process
-        (``extra["ranks"]``), else with those of the process that wrote it. A
-        checkpoint of N processes raises :class:`CheckpointError` for another
-        ``world_size``."""
-        extra = state["extra"]
-        if not {"epoch", "in_epoch", "epoch_rng"} <= extra.keys():
-            raise CheckpointError("the checkpoint holds no position in an epoch: it "
-                                  "was not written by train()")
-        rng, epoch_rng, ranks = state["rng"], extra["epoch_rng"], extra.get("ranks")
-        if ranks is not None:
-            if not isinstance(ranks, list) or len(ranks) != world_size:
-                n = len(ranks) if isinstance(ranks, list) else "?"
-                raise CheckpointError(
-                    f"the checkpoint holds the random states of {n} process(es), "
-                    f"this run has {world_size}: it resumes exactly only with {n}")
-            rng, epoch_rng = ranks[rank]["rng"], ranks[rank]["epoch_rng"]
-        return cls(state["step"], extra["epoch"], extra["in_epoch"], epoch_rng,
-                   resume_rng=rng)
-
-
-def epoch_batches(loader: Iterable, position: RunPosition) -> Iterator:
-    """The batches of epoch ``position.epoch`` of ``loader``, from ``position.in_epoch``
-    on, in the order an uninterrupted run saw them."""
-    if position.epoch_rng is None:
-        position.epoch_rng = capture_rng_state()     # the state the shuffle starts from
-    else:
-        restore_rng_state(position.epoch_rng)        # resuming: replay the shuffle
-    for name in ("batch_sampler", "sampler"):
-        set_epoch = getattr(getattr(loader, name, None), "set_epoch", None)
-        if callable(set_epoch):
-            set_epoch(position.epoch)
-    batches = iter(loader)
-    for used in range(position.in_epoch):            # resuming: skip the batches used
-        if next(batches, None) is None:
-            raise ValueError(
-                f"cannot resume at batch {position.in_epoch} of epoch "
-                f"{position.epoch}: the loader gives only {used} batches in that "
-                "epoch (other data or another batch size than the run that was "
-                "saved?)")
-    if position.resume_rng is not None:              # ... and go on from the stop
-        restore_rng_state(position.resume_rng)
-        position.resume_rng = None
-    return batches
-
-
 __all__ = [
     'unwrap_model',
     'capture_rng_state',
     'restore_rng_state',
-    'CheckpointError',
+    'RunPosition',
+    'epoch_batches',
     'NonFiniteError',
+    'CheckpointError',
     'remove_stale_temporaries',
     'save_checkpoint',
     'CHECKPOINT_FORMAT',
     'load_checkpoint',
-    'RunPosition',
-    'epoch_batches',
 ]

@@ -1,21 +1,41 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
+Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 74192625dda8b2dd
+# digest: 5f6b7935fa641d08
 # fmt: off
 
 # [book/10_training.ipynb, cell 12]
 from __future__ import annotations
 
+import torch
+
+
+# [book/appendix_training_run.ipynb, cell 24]
 import os
 from typing import Any
-
-import torch
 
 from transformer_lib.checks import default_device
 
 
-# [book/10_training.ipynb, cell 77]
+# [book/10_training.ipynb, cell 66]
+def is_distributed() -> bool:
+    """Whether this process belongs to a running process group (under ``torchrun``,
+    after :func:`setup_distributed`)."""
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+def rank() -> int:
+    """This process's rank in its group; 0 without a group."""
+    return torch.distributed.get_rank() if is_distributed() else 0
+
+
+def world_size() -> int:
+    """The number of processes in the group; 1 without a group."""
+    return torch.distributed.get_world_size() if is_distributed() else 1
+
+
+# [book/appendix_training_run.ipynb, cell 25]
 def setup_distributed(backend: str | None = None) -> tuple[int, int, torch.device]:
     """Join the process group that ``torchrun`` describes in the environment (RANK,
     WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) and return (rank, world_size,
@@ -41,22 +61,6 @@ def cleanup_distributed() -> None:
         torch.distributed.destroy_process_group()
 
 
-def is_distributed() -> bool:
-    """Whether this process belongs to a running process group (under ``torchrun``,
-    after :func:`setup_distributed`)."""
-    return torch.distributed.is_available() and torch.distributed.is_initialized()
-
-
-def rank() -> int:
-    """This process's rank in its group; 0 without a group."""
-    return torch.distributed.get_rank() if is_distributed() else 0
-
-
-def world_size() -> int:
-    """The number of processes in the group; 1 without a group."""
-    return torch.distributed.get_world_size() if is_distributed() else 1
-
-
 def gather_objects(obj: Any) -> list[Any]:
     """``obj`` of every rank, in rank order (``all_gather_object``: every rank of the
     group must call it); ``[obj]`` without a group."""
@@ -68,10 +72,10 @@ def gather_objects(obj: Any) -> list[Any]:
 
 
 __all__ = [
-    'setup_distributed',
-    'cleanup_distributed',
     'is_distributed',
     'rank',
     'world_size',
+    'setup_distributed',
+    'cleanup_distributed',
     'gather_objects',
 ]

@@ -1,7 +1,7 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 0d07310ed46127d2
+# digest: ebc59e5addf0745e
 # fmt: off
 
 # [book/10_training.ipynb, cell 9]
@@ -19,7 +19,7 @@ from transformer_lib.batching import Batch
 from transformer_lib.checkpoint import unwrap_model
 
 
-# [book/10_training.ipynb, cell 55]
+# [book/10_training.ipynb, cell 54]
 def _seq2seq(model: nn.Module, greedy: bool) -> Any:
     """``model`` (or the model inside a DDP wrapper), checked for what exact_match uses:
     any class with these attributes works, not only chapter 9's ``Transformer``."""
@@ -56,7 +56,7 @@ def _greedy_no_cache(model: Any, src: torch.Tensor, steps: int) -> torch.Tensor:
     return ys[:, 1:]
 
 
-# [book/10_training.ipynb, cell 57]
+# [book/10_training.ipynb, cell 56]
 @torch.no_grad()
 def exact_match(model: nn.Module, loader: Iterable[Batch],
                 method: str = "greedy") -> float:
@@ -96,7 +96,7 @@ def exact_match(model: nn.Module, loader: Iterable[Batch],
     return int(right) / max(total, 1)
 
 
-# [book/10_training.ipynb, cell 75]
+# [book/10_training.ipynb, cell 64]
 _AMP = {None: None, "none": None, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
         "fp16": torch.float16, "float16": torch.float16}
 
@@ -110,7 +110,7 @@ def amp_dtype(amp: str | None) -> torch.dtype | None:
     return _AMP[amp]
 
 
-# [book/10_training.ipynb, cell 79]
+# [book/10_training.ipynb, cell 68]
 @torch.no_grad()
 def evaluate(model: nn.Module, loader: Iterable[Batch], loss_fn: Callable,
              amp: str | None = None) -> float:

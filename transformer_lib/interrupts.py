@@ -1,10 +1,10 @@
-"""Generated from book/10_training.ipynb: edit the notebook, not this file.
+"""Generated from book/appendix_training_run.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 8a876b2ba0ae4476
+# digest: 7d29968bd2248947
 # fmt: off
 
-# [book/10_training.ipynb, cell 13]
+# [book/appendix_training_run.ipynb, cell 21]
 from __future__ import annotations
 
 import signal
@@ -12,7 +12,7 @@ import threading
 from typing import Any
 
 
-# [book/10_training.ipynb, cell 91]
+# [book/appendix_training_run.ipynb, cell 22]
 class Interrupts:
     """A context manager that notes Ctrl-C (SIGINT) and SIGTERM instead of acting on
     them, while ``enabled`` and in the main thread (the one that receives signals).

@@ -1,7 +1,7 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: ca1a45833a11ace5
+# digest: 32ad28d95f9492db
 # fmt: off
 
 # [book/10_training.ipynb, cell 11]
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from transformer_lib.checks import check_float, check_int
 
 
-# [book/10_training.ipynb, cell 34]
+# [book/10_training.ipynb, cell 33]
 def noam_lambda(d_model: int, warmup_steps: int,
                 factor: float = 1.0) -> Callable[[int], float]:
     """The paper's learning rate as a function of LambdaLR's step counter, for

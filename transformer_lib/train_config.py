@@ -1,10 +1,10 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 676f80d5e2963997
+# digest: 98e210e6086adf39
 # fmt: off
 
-# [book/10_training.ipynb, cell 14]
+# [book/10_training.ipynb, cell 13]
 from __future__ import annotations
 
 import os
@@ -18,7 +18,7 @@ from transformer_lib.checks import check_float, check_int
 from transformer_lib.evaluation import amp_dtype
 
 
-# [book/10_training.ipynb, cell 81]
+# [book/10_training.ipynb, cell 70]
 @dataclass
 class TrainHistory:
     """What :func:`train` measured. ``loss`` and ``lr`` are logged every ``log_every``

@@ -1,10 +1,11 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
+Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 93c224b1cc5013ac
+# digest: b371a3e810dd895c
 # fmt: off
 
-# [book/10_training.ipynb, cell 16]
+# [book/10_training.ipynb, cell 15]
 from __future__ import annotations
 
 import contextlib
@@ -21,19 +22,23 @@ from torch import nn
 from tqdm import tqdm
 
 from transformer_lib.batching import Batch
-from transformer_lib.checkpoint import RunPosition, epoch_batches, unwrap_model
+from transformer_lib.checkpoint import NonFiniteError, RunPosition, epoch_batches
 from transformer_lib.checkpoint import capture_rng_state, restore_rng_state
-from transformer_lib.checkpoint import load_checkpoint, save_checkpoint
-from transformer_lib.checkpoint import CheckpointError, NonFiniteError
+from transformer_lib.checkpoint import unwrap_model
 from transformer_lib.evaluation import amp_dtype, evaluate
 from transformer_lib.loss import LabelSmoothingLoss
-from transformer_lib.distributed import gather_objects, is_distributed
-from transformer_lib.distributed import rank, world_size
-from transformer_lib.interrupts import Interrupts
+from transformer_lib.distributed import is_distributed, rank, world_size
 from transformer_lib.train_config import TrainConfig, TrainHistory
 
 
-# [book/10_training.ipynb, cell 83]
+# [book/appendix_training_run.ipynb, cell 27]
+from transformer_lib.checkpoint import CheckpointError, load_checkpoint
+from transformer_lib.checkpoint import save_checkpoint
+from transformer_lib.distributed import gather_objects
+from transformer_lib.interrupts import Interrupts
+
+
+# [book/10_training.ipynb, cell 72]
 @dataclass
 class _Run:
     """The objects of one run of :func:`train`, handed to its pieces."""
@@ -48,7 +53,6 @@ class _Run:
     device: torch.device
     pad_id: int | None = 0             # what the loss counts as no target
     epoch_length: int | None = None    # batches per epoch, if the loader has a len()
-    saved_step: int | None = None      # the step of the last checkpoint written
     busy: bool = False                 # inside an update (its state is half-made)
 
     @classmethod
@@ -69,7 +73,7 @@ class _Run:
                    pad)
 
 
-# [book/10_training.ipynb, cell 85]
+# [book/10_training.ipynb, cell 74]
 def accumulate_gradients(model: nn.Module, batches: Sequence[Batch], loss_fn: Callable,
                          pad_id: int | None = 0, amp: str | None = None,
                          scaler: torch.amp.GradScaler | None = None) -> torch.Tensor:
@@ -130,7 +134,7 @@ def _update(run: _Run, batches: list[Batch]) -> tuple[torch.Tensor, float]:
     return loss, lr
 
 
-# [book/10_training.ipynb, cell 87]
+# [book/10_training.ipynb, cell 77]
 class _LossLog:
     """The training loss summed on the device over a logging interval; :meth:`write`
     reads it back (the interval's one host-device synchronisation) and records it."""
@@ -163,7 +167,7 @@ class _LossLog:
             bar.set_postfix(loss=f"{mean:.4f}", lr=f"{lr:.3g}", refresh=False)
 
 
-# [book/10_training.ipynb, cell 89]
+# [book/10_training.ipynb, cell 79]
 def _validate(run: _Run, step: int, history: TrainHistory, bar: Any) -> bool:
     """Validate after update ``step`` into ``history``; True if ``stop_fn`` says
     stop."""
@@ -186,59 +190,14 @@ def _validate(run: _Run, step: int, history: TrainHistory, bar: Any) -> bool:
     return bool(cfg.stop_fn is not None and cfg.stop_fn(record))
 
 
-def _save(run: _Run, pos: RunPosition, losses: _LossLog, barrier: bool = True) -> None:
-    """Checkpoint the run at ``pos`` to ``checkpoint_path``, if there is one, after
-    checking the losses not yet logged (save_checkpoint checks the weights). It holds
-    the random states of every rank, except after an interrupt under DDP (no
-    ``barrier``: the ranks may not all be here), where it holds rank 0's only."""
-    path = run.config.checkpoint_path
-    if not path:
-        return
-    losses.check(pos.step)
-    ranks = None
-    if barrier or not is_distributed():              # a collective: all ranks are here
-        here = {"rng": capture_rng_state(), "epoch_rng": pos.epoch_rng}
-        ranks = gather_objects(here)
-    if rank() == 0:
-        save_checkpoint(path, run.net, run.optimizer, run.scheduler, run.scaler,
-                        pos.step, epoch=pos.epoch, in_epoch=pos.in_epoch,
-                        epoch_rng=pos.epoch_rng, batches_per_epoch=run.epoch_length,
-                        ranks=ranks)
-        run.saved_step = pos.step
-    if barrier and is_distributed():
-        torch.distributed.barrier()
-
-
-def _resume(run: _Run) -> RunPosition:
-    """The position in ``resume_from`` with every state loaded, or the start (no
-    file). Everything is checked before anything is loaded."""
-    path = run.config.resume_from
-    if path is None or not os.path.exists(path):
-        return RunPosition()
-    state = load_checkpoint(path, map_location=run.device)     # read and checked
-    try:
-        position = RunPosition.from_checkpoint(state, rank(), world_size())
-    except CheckpointError as exc:
-        raise CheckpointError(f"{os.fspath(path)}: {exc}") from None
-    saved, here = state["extra"].get("batches_per_epoch"), run.epoch_length
-    if saved is not None and here is not None and saved != here:
-        raise CheckpointError(
-            f"{os.fspath(path)}: the run was saved with {saved} batches per epoch, "
-            f"this train_loader gives {here} (other data, another batch size or "
-            "another number of processes): it cannot be resumed exactly")
-    load_checkpoint(path, run.net, run.optimizer, run.scheduler, run.scaler,
-                    map_location=run.device)
-    return position
-
-
-# [book/10_training.ipynb, cell 93]
+# [book/10_training.ipynb, cell 81]
 def _loop(run: _Run, loader: Iterable, pos: RunPosition, history: TrainHistory,
-          losses: _LossLog, bar: Any, interrupts: Interrupts) -> bool:
+          losses: _LossLog, bar: Any, keeper: _Keeper) -> bool:
     """Updates from ``pos`` (moved along in place) to ``steps``; True if stopped by
     ``stop_fn``."""
     cfg = run.config
     run.model.train()
-    while pos.step < cfg.steps and interrupts.signum is None:
+    while pos.step < cfg.steps and keeper.signum is None:
         for group in _groups(epoch_batches(loader, pos), cfg.accum_steps):
             run.busy = True
             loss, lr = _update(run, group)
@@ -252,9 +211,8 @@ def _loop(run: _Run, loader: Iterable, pos: RunPosition, history: TrainHistory,
             if cfg.due(cfg.val_every, pos.step) and _validate(run, pos.step, history,
                                                                bar):
                 return True
-            if cfg.due(cfg.checkpoint_every, pos.step):
-                _save(run, pos, losses)
-            if pos.step >= cfg.steps or interrupts.signum is not None:
+            keeper.after_update(pos, losses)         # a checkpoint, when one is due
+            if pos.step >= cfg.steps or keeper.signum is not None:
                 return False
         if pos.in_epoch == 0:                        # the epoch is over: the next one
             raise ValueError("train_loader yielded no batch")
@@ -275,19 +233,46 @@ def _groups(batches: Iterable, k: int) -> Iterator[list]:
         yield group
 
 
-def _kept(run: _Run) -> str:
-    """What the checkpoint file holds after a run failed."""
-    path = run.config.checkpoint_path
-    if not path:
-        return "no checkpoint_path was given"
-    if run.saved_step is None:
-        return f"{os.fspath(path)} was not written by this run"
-    return (f"{os.fspath(path)} holds step {run.saved_step}, the last checkpoint "
-            "written with finite weights and losses: resume from it (a lower learning "
-            "rate or a longer warm-up may avoid the blow-up)")
+# [book/10_training.ipynb, cell 83]
+class _Keeper:
+    """What keeps a run of :func:`train` across interruptions. This one keeps nothing:
+    the run starts at step 0, writes no checkpoint and leaves Ctrl-C alone. The
+    appendix "A training run that survives" subclasses it with checkpoints, resuming
+    and signal handling, and installs its keeper as ``_KEEPER``."""
+
+    @property
+    def signum(self) -> int | None:
+        """A noted Ctrl-C or SIGTERM (the loop stops after the update); None here."""
+        return None
+
+    def __init__(self, run: _Run):
+        if run.config.checkpoint_path or run.config.resume_from is not None:
+            raise ValueError("checkpoint_path and resume_from need the keeper of the "
+                             "appendix (import train from transformer_lib)")
+        self.run = run
+
+    def start(self, losses: _LossLog) -> RunPosition:
+        """Where the run starts: step 0 (the appendix: where a checkpoint stopped)."""
+        return RunPosition()
+
+    def guard(self, pos: RunPosition, losses: _LossLog) -> Any:
+        """A context around the updates (the appendix notes signals in it)."""
+        return contextlib.nullcontext()
+
+    def after_update(self, pos: RunPosition, losses: _LossLog) -> None:
+        """Called after each update (the appendix: a checkpoint, when one is due)."""
+
+    def finish(self, pos: RunPosition, losses: _LossLog) -> None:
+        """Called at the end of the run (the appendix writes the last checkpoint)."""
+
+    def deliver(self) -> None:
+        """Called last (the appendix hands a noted signal on)."""
 
 
-# [book/10_training.ipynb, cell 95]
+_KEEPER: type[_Keeper] = _Keeper     # the appendix sets its own
+
+
+# [book/10_training.ipynb, cell 85]
 def train(model: nn.Module, train_loader: Iterable, optimizer: torch.optim.Optimizer,
           scheduler: Any = None, loss_fn: Callable | None = None, *,
           steps: int | None = None, val_loader: Iterable | None = None,
@@ -298,74 +283,41 @@ def train(model: nn.Module, train_loader: Iterable, optimizer: torch.optim.Optim
           resume_from: str | os.PathLike | None = None, progress: bool = True,
           config: TrainConfig | None = None) -> TrainHistory:
     """Train ``model`` for ``steps`` optimizer updates (in total, counting those of a
-    resumed run); the settings come as keyword arguments or as ``config``, a
-    :class:`TrainConfig`. Returns a :class:`TrainHistory`.
+    resumed run) on the batches of ``train_loader`` (``src, tgt_in, tgt_out``, see
+    :class:`PadCollate`), epoch after epoch; return a :class:`TrainHistory`. The
+    settings come as keyword arguments or as ``config``: see :class:`TrainConfig`.
 
-    An update: a batch (``src, tgt_in, tgt_out``, see :class:`PadCollate`) on the
-    model's device; ``loss_fn(model(src, tgt_in), tgt_out)`` (default
-    ``LabelSmoothingLoss(0.1, pad_id)``) under ``torch.autocast`` if ``amp`` is
-    ``"bf16"`` or ``"fp16"`` (with a ``GradScaler``); backward;
-    ``clip_grad_norm_(clip_norm)``; ``optimizer.step()``, then ``scheduler.step()``. The
-    loader is iterated epoch after epoch (calling its sampler's ``set_epoch``). With
-    ``accum_steps=k`` an update accumulates the gradients of k batches (fewer at an
-    epoch's end), its loss normalised by their total count of real target tokens (see
-    :func:`accumulate_gradients`; under DDP by the count of every rank's).
-
-    Every ``val_every`` steps and at the end: the loss on ``val_loader`` and the dict of
-    ``val_fn(model)``; training stops if ``stop_fn(that dict)`` is true. At the start,
-    every ``checkpoint_every`` steps and at the end, rank 0 writes a checkpoint to
-    ``checkpoint_path``; ``resume_from`` (if the file exists) continues a run exactly
-    (a checkpoint of another model or of a loader with another number of batches per
-    epoch raises :class:`CheckpointError`). With a ``checkpoint_path``, Ctrl-C and
-    SIGTERM write a checkpoint of the last finished update, then go on to their previous
-    handler (KeyboardInterrupt, the end of the process). A non-finite loss (read every
-    ``log_every`` steps and before each checkpoint) or non-finite weights raise
-    :class:`NonFiniteError` (a FloatingPointError); the checkpoint file keeps the last
-    finite state. Under ``torchrun`` (after :func:`setup_distributed`) the model is
-    wrapped in ``DistributedDataParallel``; the loader's sampler must split the data by
-    rank (:class:`TokenBucketSampler` does); the checkpoints hold every rank's random
-    states (those written on an interrupt: rank 0's only), and a resume with another
-    number of processes is refused. ``progress`` shows a tqdm bar on rank 0.
-    """
+    An update: ``loss_fn(model(src, tgt_in), tgt_out)`` (default
+    ``LabelSmoothingLoss(0.1, pad_id)``) under ``torch.autocast`` for ``amp``, over
+    ``accum_steps`` batches weighted by their target tokens
+    (:func:`accumulate_gradients`); ``clip_grad_norm_(clip_norm)``;
+    ``optimizer.step()``, then ``scheduler.step()``. Every ``val_every`` steps and at
+    the end: the loss on ``val_loader`` and ``val_fn(model)``; ``stop_fn(record)``
+    stops early. A non-finite loss raises :class:`NonFiniteError`. Checkpoints
+    (``checkpoint_path``, ``checkpoint_every``, ``resume_from``), Ctrl-C and SIGTERM,
+    and ``torchrun``: see the appendix, and :class:`TrainConfig`."""
     cfg = _settings(config, steps, val_loader=val_loader, val_every=val_every,
                     val_fn=val_fn, stop_fn=stop_fn, clip_norm=clip_norm,
-                    accum_steps=accum_steps, amp=amp,
-                    log_every=log_every, checkpoint_path=checkpoint_path,
-                    checkpoint_every=checkpoint_every, resume_from=resume_from,
-                    progress=progress)
+                    accum_steps=accum_steps, amp=amp, log_every=log_every,
+                    checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
+                    resume_from=resume_from, progress=progress)
     run = _Run.start(model, optimizer, scheduler, loss_fn, cfg)
     run.epoch_length = _length(train_loader)
-    pos, history, losses = _resume(run), TrainHistory(), _LossLog(run.device)
-    if pos.step == 0 and cfg.checkpoint_path:        # resumable from the very start
-        pos.epoch_rng = capture_rng_state()          # (what the epoch would record)
-        _save(run, pos, losses)
-    bar = None
-    if cfg.progress and rank() == 0:                # a progress bar on rank 0
-        bar = tqdm(total=cfg.steps, initial=pos.step, ncols=100, mininterval=1.0,
-                   file=sys.stderr)
+    keeper, history, losses = _KEEPER(run), TrainHistory(), _LossLog(run.device)
+    pos = keeper.start(losses)                       # step 0, or where a run stopped
     t0 = time.perf_counter()
-    with Interrupts(bool(cfg.checkpoint_path)) as interrupts:
-        try:
-            stopped = _loop(run, train_loader, pos, history, losses, bar, interrupts)
-            if not stopped and interrupts.signum is None:
-                _validate(run, pos.step, history, bar)
-            _save(run, pos, losses, barrier=interrupts.signum is None)
-        except KeyboardInterrupt:                    # between two updates: save
-            if cfg.checkpoint_path and not run.busy:
-                _save(run, pos, losses, barrier=False)
-            raise
-        except NonFiniteError as exc:
-            raise NonFiniteError(f"{exc}; {_kept(run)}") from None
-        finally:
-            if bar is not None:
-                bar.close()
+    with keeper.guard(pos, losses), _progress(cfg, pos.step) as bar:
+        stopped = _loop(run, train_loader, pos, history, losses, bar, keeper)
+        if not stopped and keeper.signum is None:
+            _validate(run, pos.step, history, bar)   # the final validation
+        keeper.finish(pos, losses)
     history.seconds, history.last_step = time.perf_counter() - t0, pos.step
-    history.interrupted = interrupts.signum is not None
-    interrupts.deliver()                             # the signal goes on
+    history.interrupted = keeper.signum is not None
+    keeper.deliver()
     return history
 
 
-# [book/10_training.ipynb, cell 97]
+# [book/10_training.ipynb, cell 87]
 def _settings(config: TrainConfig | None, steps: int | None,
               **keywords: Any) -> TrainConfig:
     if config is None:
@@ -386,6 +338,128 @@ def _length(loader: Iterable) -> int | None:
         return len(loader)  # type: ignore[arg-type]
     except TypeError:
         return None
+
+
+@contextlib.contextmanager
+def _progress(cfg: TrainConfig, start: int) -> Iterator[Any]:
+    """A tqdm bar on rank 0 when ``progress`` (else None), closed at the end."""
+    bar = None
+    if cfg.progress and rank() == 0:
+        bar = tqdm(total=cfg.steps, initial=start, ncols=100, mininterval=1.0,
+                   file=sys.stderr)
+    try:
+        yield bar
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+# [book/appendix_training_run.ipynb, cell 28]
+class _FileKeeper(_Keeper):
+    """The keeper of a run with ``checkpoint_path`` or ``resume_from``: it resumes,
+    writes checkpoints (at the start, every ``checkpoint_every`` steps, at the end, and
+    on Ctrl-C or SIGTERM), and names the last good checkpoint when the run fails."""
+
+    def __init__(self, run: _Run):
+        self.run = run
+        self.saved_step: int | None = None           # the step of the last checkpoint
+        self.interrupts = Interrupts(bool(run.config.checkpoint_path))
+
+    @property
+    def signum(self) -> int | None:
+        return self.interrupts.signum
+
+    def start(self, losses: _LossLog) -> RunPosition:
+        pos = self.resume()
+        if pos.step == 0 and self.run.config.checkpoint_path:  # resumable from step 0
+            pos.epoch_rng = capture_rng_state()      # (what the epoch would record)
+            self.save(pos, losses)
+        return pos
+
+    def after_update(self, pos: RunPosition, losses: _LossLog) -> None:
+        if self.run.config.due(self.run.config.checkpoint_every, pos.step):
+            self.save(pos, losses)
+
+    def finish(self, pos: RunPosition, losses: _LossLog) -> None:
+        self.save(pos, losses, barrier=self.signum is None)
+
+    def deliver(self) -> None:
+        self.interrupts.deliver()                     # the signal goes on
+
+    # [book/appendix_training_run.ipynb, cell 30]
+    @contextlib.contextmanager
+    def guard(self, pos: RunPosition, losses: _LossLog) -> Iterator[None]:
+        """Signals noted while the updates run; an interrupt between two updates saves
+        that step; a non-finite run says which checkpoint still holds a good state."""
+        with self.interrupts:
+            try:
+                yield
+            except KeyboardInterrupt:                # between two updates: save
+                if self.run.config.checkpoint_path and not self.run.busy:
+                    self.save(pos, losses, barrier=False)
+                raise
+            except NonFiniteError as exc:
+                raise NonFiniteError(f"{exc}; {self.kept()}") from None
+
+    def kept(self) -> str:
+        """What the checkpoint file holds after a run failed."""
+        path = self.run.config.checkpoint_path
+        if not path:
+            return "no checkpoint_path was given"
+        if self.saved_step is None:
+            return f"{os.fspath(path)} was not written by this run"
+        return (f"{os.fspath(path)} holds step {self.saved_step}, the last checkpoint "
+                "written with finite weights and losses: resume from it (a lower "
+                "learning rate or a longer warm-up may avoid the blow-up)")
+
+    # [book/appendix_training_run.ipynb, cell 32]
+    def save(self, pos: RunPosition, losses: _LossLog, barrier: bool = True) -> None:
+        """Checkpoint the run at ``pos`` to ``checkpoint_path``, if there is one, after
+        checking the losses not yet logged (save_checkpoint checks the weights). It
+        holds the random states of every rank, except after an interrupt under DDP (no
+        ``barrier``: the ranks may not all be here), where it holds rank 0's only."""
+        run, path = self.run, self.run.config.checkpoint_path
+        if not path:
+            return
+        losses.check(pos.step)
+        ranks = None
+        if barrier or not is_distributed():          # a collective: all ranks are here
+            here = {"rng": capture_rng_state(), "epoch_rng": pos.epoch_rng}
+            ranks = gather_objects(here)
+        if rank() == 0:
+            save_checkpoint(path, run.net, run.optimizer, run.scheduler, run.scaler,
+                            pos.step, epoch=pos.epoch, in_epoch=pos.in_epoch,
+                            epoch_rng=pos.epoch_rng,
+                            batches_per_epoch=run.epoch_length, ranks=ranks)
+            self.saved_step = pos.step
+        if barrier and is_distributed():
+            torch.distributed.barrier()
+
+    # [book/appendix_training_run.ipynb, cell 34]
+    def resume(self) -> RunPosition:
+        """The position in ``resume_from`` with every state loaded, or the start (no
+        file). Everything is checked before anything is loaded."""
+        run, path = self.run, self.run.config.resume_from
+        if path is None or not os.path.exists(path):
+            return RunPosition()
+        state = load_checkpoint(path, map_location=run.device)     # read and checked
+        try:
+            position = RunPosition.from_checkpoint(state, rank(), world_size())
+        except CheckpointError as exc:
+            raise CheckpointError(f"{os.fspath(path)}: {exc}") from None
+        saved, here = state["extra"].get("batches_per_epoch"), run.epoch_length
+        if saved is not None and here is not None and saved != here:
+            raise CheckpointError(
+                f"{os.fspath(path)}: the run was saved with {saved} batches per epoch, "
+                f"this train_loader gives {here} (other data, another batch size or "
+                "another number of processes): it cannot be resumed exactly")
+        load_checkpoint(path, run.net, run.optimizer, run.scheduler, run.scaler,
+                        map_location=run.device)
+        return position
+
+
+# [book/appendix_training_run.ipynb, cell 35]
+_KEEPER = _FileKeeper                # train keeps every run with this keeper
 
 
 __all__ = ['accumulate_gradients', 'train']
