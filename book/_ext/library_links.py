@@ -70,7 +70,7 @@ def read_library(srcdir: Path) -> dict:
             public[path.stem] = _module_all(text)
     defs: dict[str, tuple[str, int]] = {}
     chapter_modules: dict[str, list[str]] = {}
-    for nb_path in sorted((srcdir / "book").glob("*.ipynb")):
+    for nb_path in _EXPORT.book_order(srcdir):  # a name belongs to the first page that defines it
         docname = nb_path.relative_to(srcdir).as_posix()[: -len(".ipynb")]
         try:
             cells = _EXPORT.exported_cells(nb_path)
@@ -302,12 +302,20 @@ def _on_doctree_read(app, doctree) -> None:
         para += nodes.strong("Module ", "Module ")
         para += _xref(docname, "mod", f"{PACKAGE}.{module}", literal=True)
         names = lib["all"].get(module, [])
-        if names:
+        # a module that several pages write (a chapter and its appendix): this page's names only
+        own = [n for n in names if lib["defs"].get(f"{PACKAGE}.{module}.{n}", (docname,))[0] == docname]
+        if own:
             para += nodes.Text(": ")
-            for i, name in enumerate(names):
+            for i, name in enumerate(own):
                 if i:
                     para += nodes.Text(", ")
                 para += _xref(docname, "obj", f"{PACKAGE}.{module}.{name}", text=name, literal=True)
+        others = list(dict.fromkeys(lib["defs"][f"{PACKAGE}.{module}.{n}"][0] for n in names
+                                    if n not in own and f"{PACKAGE}.{module}.{n}" in lib["defs"]))
+        for i, other in enumerate(others):
+            para += nodes.Text(" (with names from " if i == 0 else ", ")
+            para += _xref(docname, "doc", "/" + other, domain="std")
+            para += nodes.Text(")" if i == len(others) - 1 else "")
         para += nodes.Text(" (")
         para += _xref(docname, "doc", "/book/api", text="API reference", domain="std")
         para += nodes.Text(")")
