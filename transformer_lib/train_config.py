@@ -1,7 +1,7 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 98e210e6086adf39
+# digest: 237f2479808bcc34
 # fmt: off
 
 # [book/10_training.ipynb, cell 13]
@@ -38,9 +38,22 @@ class TrainHistory:
 
 @dataclass
 class TrainConfig:
-    """The settings of a run of :func:`train` (see there), checked when built:
+    """The settings of a run of :func:`train`, checked when built:
     ``train(..., config=TrainConfig(steps=100, val_every=10))`` is
-    ``train(..., steps=100, val_every=10)``."""
+    ``train(..., steps=100, val_every=10)``.
+
+    ``steps`` updates in all (counting those of a resumed run); every ``val_every``
+    steps and at the end, the loss on ``val_loader`` and the dict of ``val_fn(model)``,
+    and a stop when ``stop_fn(that dict)`` is true; gradients clipped to ``clip_norm``
+    (None: not clipped); ``accum_steps`` batches per update; ``amp`` ``"bf16"`` or
+    ``"fp16"`` (with a GradScaler); the loss logged every ``log_every`` steps; a tqdm
+    bar on rank 0 when ``progress``. At the start, every ``checkpoint_every`` steps and
+    at the end, rank 0 writes a checkpoint to ``checkpoint_path``, with every rank's
+    random states; with a ``checkpoint_path``, Ctrl-C and SIGTERM write one of the last
+    finished update, then go on to their previous handler; ``resume_from`` (if the file
+    exists) continues a run exactly, and refuses a checkpoint of another model, of a
+    loader with another number of batches per epoch or of another number of processes
+    (:class:`CheckpointError`)."""
 
     steps: int
     val_loader: Iterable | None = None

@@ -2,7 +2,7 @@
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: b371a3e810dd895c
+# digest: 6f29eaf2ce71c968
 # fmt: off
 
 # [book/10_training.ipynb, cell 15]
@@ -293,9 +293,12 @@ def train(model: nn.Module, train_loader: Iterable, optimizer: torch.optim.Optim
     (:func:`accumulate_gradients`); ``clip_grad_norm_(clip_norm)``;
     ``optimizer.step()``, then ``scheduler.step()``. Every ``val_every`` steps and at
     the end: the loss on ``val_loader`` and ``val_fn(model)``; ``stop_fn(record)``
-    stops early. A non-finite loss raises :class:`NonFiniteError`. Checkpoints
-    (``checkpoint_path``, ``checkpoint_every``, ``resume_from``), Ctrl-C and SIGTERM,
-    and ``torchrun``: see the appendix, and :class:`TrainConfig`."""
+    stops early. A non-finite loss or non-finite weights raise
+    :class:`NonFiniteError` (the checkpoint file keeps the last finite state). The
+    settings, checkpoints and resuming included: :class:`TrainConfig`. Under
+    ``torchrun`` (after :func:`setup_distributed`) the model is wrapped in
+    ``DistributedDataParallel``, and the loader's sampler must split the data by rank
+    (:class:`TokenBucketSampler` does)."""
     cfg = _settings(config, steps, val_loader=val_loader, val_every=val_every,
                     val_fn=val_fn, stop_fn=stop_fn, clip_norm=clip_norm,
                     accum_steps=accum_steps, amp=amp, log_every=log_every,
