@@ -2,7 +2,7 @@
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 9c631b15839a5127
+# digest: 33be46a29d877c4e
 # fmt: off
 
 # [book/10_training.ipynb, cell 14]
@@ -23,7 +23,7 @@ from transformer_lib.checkpoint import CheckpointError, load_checkpoint
 from transformer_lib.checkpoint import unwrap_model
 
 
-# [book/10_training.ipynb, cell 62]
+# [book/10_training.ipynb, cell 88]
 def average_state_dicts(
         state_dicts: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """The element-wise mean of several state dicts of one model: floating-point tensors

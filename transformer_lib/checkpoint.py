@@ -2,7 +2,7 @@
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 7b663a7bbeb76a7a
+# digest: 7030f930da282ca2
 # fmt: off
 
 # [book/10_training.ipynb, cell 10]
@@ -24,7 +24,7 @@ import pickle
 import re
 
 
-# [book/10_training.ipynb, cell 58]
+# [book/10_training.ipynb, cell 61]
 def unwrap_model(model: nn.Module) -> nn.Module:
     """The model inside a ``DistributedDataParallel`` (or ``DataParallel``) wrapper,
     else ``model`` itself: what a checkpoint stores, so that it loads with or without
@@ -62,7 +62,7 @@ def restore_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all([s.cpu() for s in cuda])
 
 
-# [book/10_training.ipynb, cell 60]
+# [book/10_training.ipynb, cell 63]
 @dataclass
 class RunPosition:
     """Where a training run stands: ``step`` (updates made), ``epoch``, ``in_epoch``
@@ -127,7 +127,7 @@ def epoch_batches(loader: Iterable, position: RunPosition) -> Iterator:
     return batches
 
 
-# [book/10_training.ipynb, cell 76]
+# [book/10_training.ipynb, cell 77]
 class NonFiniteError(FloatingPointError, ValueError):
     """Non-finite values (NaN or inf) where a run needs finite ones: in the weights or
     optimizer state about to be saved, or in the training loss."""

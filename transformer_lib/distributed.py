@@ -2,7 +2,7 @@
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 5f6b7935fa641d08
+# digest: 463b385d197b14af
 # fmt: off
 
 # [book/10_training.ipynb, cell 12]
@@ -18,7 +18,7 @@ from typing import Any
 from transformer_lib.checks import default_device
 
 
-# [book/10_training.ipynb, cell 66]
+# [book/10_training.ipynb, cell 67]
 def is_distributed() -> bool:
     """Whether this process belongs to a running process group (under ``torchrun``,
     after :func:`setup_distributed`)."""

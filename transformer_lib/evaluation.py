@@ -1,7 +1,7 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: ebc59e5addf0745e
+# digest: 38ce88aa2e6cf707
 # fmt: off
 
 # [book/10_training.ipynb, cell 9]
@@ -96,7 +96,7 @@ def exact_match(model: nn.Module, loader: Iterable[Batch],
     return int(right) / max(total, 1)
 
 
-# [book/10_training.ipynb, cell 64]
+# [book/10_training.ipynb, cell 65]
 _AMP = {None: None, "none": None, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
         "fp16": torch.float16, "float16": torch.float16}
 
@@ -110,7 +110,7 @@ def amp_dtype(amp: str | None) -> torch.dtype | None:
     return _AMP[amp]
 
 
-# [book/10_training.ipynb, cell 68]
+# [book/10_training.ipynb, cell 69]
 @torch.no_grad()
 def evaluate(model: nn.Module, loader: Iterable[Batch], loss_fn: Callable,
              amp: str | None = None) -> float:

@@ -1,7 +1,7 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 237f2479808bcc34
+# digest: 2b037097814f64b4
 # fmt: off
 
 # [book/10_training.ipynb, cell 13]
@@ -18,7 +18,7 @@ from transformer_lib.checks import check_float, check_int
 from transformer_lib.evaluation import amp_dtype
 
 
-# [book/10_training.ipynb, cell 70]
+# [book/10_training.ipynb, cell 71]
 @dataclass
 class TrainHistory:
     """What :func:`train` measured. ``loss`` and ``lr`` are logged every ``log_every``

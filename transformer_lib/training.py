@@ -2,7 +2,7 @@
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 6f29eaf2ce71c968
+# digest: bf92cf2351278da0
 # fmt: off
 
 # [book/10_training.ipynb, cell 15]
@@ -38,7 +38,55 @@ from transformer_lib.distributed import gather_objects
 from transformer_lib.interrupts import Interrupts
 
 
-# [book/10_training.ipynb, cell 72]
+# [book/10_training.ipynb, cell 59]
+def train(model: nn.Module, train_loader: Iterable, optimizer: torch.optim.Optimizer,
+          scheduler: Any = None, loss_fn: Callable | None = None, *,
+          steps: int | None = None, val_loader: Iterable | None = None,
+          val_every: int = 0, val_fn: Callable[[nn.Module], dict] | None = None,
+          stop_fn: Callable[[dict], bool] | None = None, clip_norm: float | None = 1.0,
+          accum_steps: int = 1, amp: str | None = None, log_every: int = 10,
+          checkpoint_path: str | os.PathLike | None = None, checkpoint_every: int = 0,
+          resume_from: str | os.PathLike | None = None, progress: bool = True,
+          config: TrainConfig | None = None) -> TrainHistory:
+    """Train ``model`` for ``steps`` optimizer updates (in total, counting those of a
+    resumed run) on the batches of ``train_loader`` (``src, tgt_in, tgt_out``, see
+    :class:`PadCollate`), epoch after epoch; return a :class:`TrainHistory`. The
+    settings come as keyword arguments or as ``config``: see :class:`TrainConfig`.
+
+    An update: ``loss_fn(model(src, tgt_in), tgt_out)`` (default
+    ``LabelSmoothingLoss(0.1, pad_id)``) under ``torch.autocast`` for ``amp``, over
+    ``accum_steps`` batches weighted by their target tokens
+    (:func:`accumulate_gradients`); ``clip_grad_norm_(clip_norm)``;
+    ``optimizer.step()``, then ``scheduler.step()``. Every ``val_every`` steps and at
+    the end: the loss on ``val_loader`` and ``val_fn(model)``; ``stop_fn(record)``
+    stops early. A non-finite loss or non-finite weights raise
+    :class:`NonFiniteError` (the checkpoint file keeps the last finite state). The
+    settings, checkpoints and resuming included: :class:`TrainConfig`. Under
+    ``torchrun`` (after :func:`setup_distributed`) the model is wrapped in
+    ``DistributedDataParallel``, and the loader's sampler must split the data by rank
+    (:class:`TokenBucketSampler` does)."""
+    cfg = _settings(config, steps, val_loader=val_loader, val_every=val_every,
+                    val_fn=val_fn, stop_fn=stop_fn, clip_norm=clip_norm,
+                    accum_steps=accum_steps, amp=amp, log_every=log_every,
+                    checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
+                    resume_from=resume_from, progress=progress)
+    run = _Run.start(model, optimizer, scheduler, loss_fn, cfg)
+    run.epoch_length = _length(train_loader)
+    keeper, history, losses = _KEEPER(run), TrainHistory(), _LossLog(run.device)
+    pos = keeper.start(losses)                       # step 0, or where a run stopped
+    t0 = time.perf_counter()
+    with keeper.guard(pos, losses), _progress(cfg, pos.step) as bar:
+        stopped = _loop(run, train_loader, pos, history, losses, bar, keeper)
+        if not stopped and keeper.signum is None:
+            _validate(run, pos.step, history, bar)   # the final validation
+        keeper.finish(pos, losses)
+    history.seconds, history.last_step = time.perf_counter() - t0, pos.step
+    history.interrupted = keeper.signum is not None
+    keeper.deliver()
+    return history
+
+
+# [book/10_training.ipynb, cell 73]
 @dataclass
 class _Run:
     """The objects of one run of :func:`train`, handed to its pieces."""
@@ -73,7 +121,7 @@ class _Run:
                    pad)
 
 
-# [book/10_training.ipynb, cell 74]
+# [book/10_training.ipynb, cell 75]
 def accumulate_gradients(model: nn.Module, batches: Sequence[Batch], loss_fn: Callable,
                          pad_id: int | None = 0, amp: str | None = None,
                          scaler: torch.amp.GradScaler | None = None) -> torch.Tensor:
@@ -134,7 +182,7 @@ def _update(run: _Run, batches: list[Batch]) -> tuple[torch.Tensor, float]:
     return loss, lr
 
 
-# [book/10_training.ipynb, cell 77]
+# [book/10_training.ipynb, cell 78]
 class _LossLog:
     """The training loss summed on the device over a logging interval; :meth:`write`
     reads it back (the interval's one host-device synchronisation) and records it."""
@@ -167,7 +215,7 @@ class _LossLog:
             bar.set_postfix(loss=f"{mean:.4f}", lr=f"{lr:.3g}", refresh=False)
 
 
-# [book/10_training.ipynb, cell 79]
+# [book/10_training.ipynb, cell 80]
 def _validate(run: _Run, step: int, history: TrainHistory, bar: Any) -> bool:
     """Validate after update ``step`` into ``history``; True if ``stop_fn`` says
     stop."""
@@ -190,7 +238,7 @@ def _validate(run: _Run, step: int, history: TrainHistory, bar: Any) -> bool:
     return bool(cfg.stop_fn is not None and cfg.stop_fn(record))
 
 
-# [book/10_training.ipynb, cell 81]
+# [book/10_training.ipynb, cell 82]
 def _loop(run: _Run, loader: Iterable, pos: RunPosition, history: TrainHistory,
           losses: _LossLog, bar: Any, keeper: _Keeper) -> bool:
     """Updates from ``pos`` (moved along in place) to ``steps``; True if stopped by
@@ -233,7 +281,7 @@ def _groups(batches: Iterable, k: int) -> Iterator[list]:
         yield group
 
 
-# [book/10_training.ipynb, cell 83]
+# [book/10_training.ipynb, cell 84]
 class _Keeper:
     """What keeps a run of :func:`train` across interruptions. This one keeps nothing:
     the run starts at step 0, writes no checkpoint and leaves Ctrl-C alone. The
@@ -272,55 +320,7 @@ class _Keeper:
 _KEEPER: type[_Keeper] = _Keeper     # the appendix sets its own
 
 
-# [book/10_training.ipynb, cell 85]
-def train(model: nn.Module, train_loader: Iterable, optimizer: torch.optim.Optimizer,
-          scheduler: Any = None, loss_fn: Callable | None = None, *,
-          steps: int | None = None, val_loader: Iterable | None = None,
-          val_every: int = 0, val_fn: Callable[[nn.Module], dict] | None = None,
-          stop_fn: Callable[[dict], bool] | None = None, clip_norm: float | None = 1.0,
-          accum_steps: int = 1, amp: str | None = None, log_every: int = 10,
-          checkpoint_path: str | os.PathLike | None = None, checkpoint_every: int = 0,
-          resume_from: str | os.PathLike | None = None, progress: bool = True,
-          config: TrainConfig | None = None) -> TrainHistory:
-    """Train ``model`` for ``steps`` optimizer updates (in total, counting those of a
-    resumed run) on the batches of ``train_loader`` (``src, tgt_in, tgt_out``, see
-    :class:`PadCollate`), epoch after epoch; return a :class:`TrainHistory`. The
-    settings come as keyword arguments or as ``config``: see :class:`TrainConfig`.
-
-    An update: ``loss_fn(model(src, tgt_in), tgt_out)`` (default
-    ``LabelSmoothingLoss(0.1, pad_id)``) under ``torch.autocast`` for ``amp``, over
-    ``accum_steps`` batches weighted by their target tokens
-    (:func:`accumulate_gradients`); ``clip_grad_norm_(clip_norm)``;
-    ``optimizer.step()``, then ``scheduler.step()``. Every ``val_every`` steps and at
-    the end: the loss on ``val_loader`` and ``val_fn(model)``; ``stop_fn(record)``
-    stops early. A non-finite loss or non-finite weights raise
-    :class:`NonFiniteError` (the checkpoint file keeps the last finite state). The
-    settings, checkpoints and resuming included: :class:`TrainConfig`. Under
-    ``torchrun`` (after :func:`setup_distributed`) the model is wrapped in
-    ``DistributedDataParallel``, and the loader's sampler must split the data by rank
-    (:class:`TokenBucketSampler` does)."""
-    cfg = _settings(config, steps, val_loader=val_loader, val_every=val_every,
-                    val_fn=val_fn, stop_fn=stop_fn, clip_norm=clip_norm,
-                    accum_steps=accum_steps, amp=amp, log_every=log_every,
-                    checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
-                    resume_from=resume_from, progress=progress)
-    run = _Run.start(model, optimizer, scheduler, loss_fn, cfg)
-    run.epoch_length = _length(train_loader)
-    keeper, history, losses = _KEEPER(run), TrainHistory(), _LossLog(run.device)
-    pos = keeper.start(losses)                       # step 0, or where a run stopped
-    t0 = time.perf_counter()
-    with keeper.guard(pos, losses), _progress(cfg, pos.step) as bar:
-        stopped = _loop(run, train_loader, pos, history, losses, bar, keeper)
-        if not stopped and keeper.signum is None:
-            _validate(run, pos.step, history, bar)   # the final validation
-        keeper.finish(pos, losses)
-    history.seconds, history.last_step = time.perf_counter() - t0, pos.step
-    history.interrupted = keeper.signum is not None
-    keeper.deliver()
-    return history
-
-
-# [book/10_training.ipynb, cell 87]
+# [book/10_training.ipynb, cell 86]
 def _settings(config: TrainConfig | None, steps: int | None,
               **keywords: Any) -> TrainConfig:
     if config is None:
@@ -465,4 +465,4 @@ class _FileKeeper(_Keeper):
 _KEEPER = _FileKeeper                # train keeps every run with this keeper
 
 
-__all__ = ['accumulate_gradients', 'train']
+__all__ = ['train', 'accumulate_gradients']
