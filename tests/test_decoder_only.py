@@ -36,9 +36,10 @@ def _prompts(gen, B, P):
 @SETTINGS
 @given(seed=st.integers(0, 2**16), B=st.integers(1, 4), P=st.integers(1, 6),
        positions=st.sampled_from(["rope", "sinusoidal", "learned", "none"]), n_kv=st.sampled_from([4, 2, 1]),
-       beam=st.sampled_from([1, 3]))
-def test_decoding_with_cache_equals_without_and_batch_equals_one_by_one(seed, B, P, positions, n_kv, beam):
-    model = _model(seed % 3, positions=positions, n_kv_heads=n_kv)
+       beam=st.sampled_from([1, 3]), prefix_lm=st.booleans())
+def test_decoding_with_cache_equals_without_and_batch_equals_one_by_one(seed, B, P, positions, n_kv, beam,
+                                                                        prefix_lm):
+    model = _model(seed % 3, positions=positions, n_kv_heads=n_kv, prefix_lm=prefix_lm)
     prompts, lengths = _prompts(torch.Generator().manual_seed(seed), B, P)
 
     def decode(src, use_cache):
@@ -95,6 +96,58 @@ def test_positions_and_mask_helpers():
     assert mask[0, 0].tolist() == [[True, True, False, False], [True, True, False, True]]
 
 
+def test_the_prefix_mask_opens_the_prefix_to_every_query():
+    real = torch.tensor([[True, True, False, True, True]])
+    mask = lm_mask(real, 5, prefix=3)[0, 0]
+    assert mask.tolist() == [[True, True, False, False, False], [True, True, False, False, False],
+                             [True, True, False, False, False], [True, True, False, True, False],
+                             [True, True, False, True, True]]
+    assert torch.equal(lm_mask(real, 5, prefix=0), lm_mask(real, 5))
+
+
+def _changed(ids, j):
+    out = ids.clone()
+    out[:, j] = (out[:, j] + 1 - 3) % (V - 3) + 3
+    return out
+
+
+@pytest.mark.parametrize("positions", ["rope", "sinusoidal", "none"])
+def test_a_prefix_lm_reads_the_source_both_ways_and_the_target_causally(positions):
+    prefix, causal = (_model(1, positions=positions, prefix_lm=flag) for flag in (True, False))
+    src, tgt_in = torch.randint(3, V, (2, 5)), torch.randint(3, V, (2, 4))
+    tgt_in[:, 0] = 1
+    ids, later_src = torch.cat([src, tgt_in], 1), torch.cat([_changed(src, 4), tgt_in], 1)
+    with torch.no_grad():
+        # the first source position's state depends on the last source token only in the prefix LM
+        assert not torch.allclose(prefix.lm(ids, prefix=5)[:, 0], prefix.lm(later_src, prefix=5)[:, 0])
+        assert torch.equal(causal.lm(ids)[:, 0], causal.lm(later_src)[:, 0])
+        out = prefix(src, tgt_in)
+        torch.testing.assert_close(out, prefix.lm(ids, prefix=5)[:, 5:])
+        assert not torch.allclose(out, prefix.lm(ids)[:, 5:])          # the mask matters
+        for j in (1, 2, 3):                                            # no later target token leaks
+            torch.testing.assert_close(prefix(src, _changed(tgt_in, j))[:, :j], out[:, :j],
+                                       atol=1e-6, rtol=1e-6)
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**16), B=st.integers(1, 4), P=st.integers(1, 6),
+       positions=st.sampled_from(["rope", "learned", "none"]))
+def test_prefix_lm_cached_greedy_equals_full_recomputation_of_every_step(seed, B, P, positions):
+    model = _model(seed % 3, positions=positions, prefix_lm=True)
+    prompts, _ = _prompts(torch.Generator().manual_seed(seed), B, P)
+    ys = tl.greedy_decode(model, prompts, 8, use_cache=True)
+    with torch.no_grad():                     # every step recomputed whole, with forward's prefix mask
+        logits = model(prompts, ys[:, :-1]).float()
+    logits[..., [0, 1]] = float("-inf")       # pad and bos are never generated
+    expected = logits.argmax(-1)
+    for i in range(B):
+        for t in range(1, ys.size(1)):
+            assert ys[i, t] == expected[i, t - 1]
+            if ys[i, t] == model.config.eos_id:
+                assert (ys[i, t + 1:] == 0).all()
+                break
+
+
 def test_it_trains_with_chapter_10s_loop_on_the_target_only():
     torch.manual_seed(0)
     pairs = tl.reverse_task(400, vocab_size=V, seed=0)
@@ -129,7 +182,8 @@ def test_config_defaults_are_llama_choices_and_it_answers_the_decoders_fields():
     (dict(positions="alibi"), "positions"), (dict(rope_layout="pairs"), "rope_layout"),
     (dict(pad_id=1), "must differ"), (dict(eos_id=100), "below vocab_size"), (dict(d_model=0), "d_model"),
     (dict(n_heads=3), "divisible"), (dict(n_heads=16), "even"), (dict(n_kv_heads=3), "n_kv_heads"),
-    (dict(dropout=1.0), "dropout"), (dict(activation="tanh"), "activation")])
+    (dict(dropout=1.0), "dropout"), (dict(activation="tanh"), "activation"),
+    (dict(prefix_lm=1), "prefix_lm")])
 def test_bad_settings_are_named(kw, word):
     with pytest.raises(ValueError, match=word):
         DecoderOnlyLM(DecoderOnlyConfig(**{"vocab_size": 100, "d_model": 16, "n_heads": 4, **kw}))

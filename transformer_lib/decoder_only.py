@@ -1,7 +1,7 @@
 """Generated from book/13_modern.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: edb8a14debc796a1
+# digest: 5ec72c0af66bdbb1
 # fmt: off
 
 # [book/13_modern.ipynb, cell 22]
@@ -48,6 +48,8 @@ def _check_config(c: DecoderOnlyConfig) -> None:
     c.d_ff = check_int(c.d_ff, "d_ff")
     if c.embed_scale is None:
         c.embed_scale = c.positions == "sinusoidal"
+    if not isinstance(c.prefix_lm, bool):
+        raise ValueError(f"prefix_lm must be True or False, got {c.prefix_lm!r}")
     c.dropout = check_probability(c.dropout, "dropout", one=False)
     c.rope_base = check_float(c.rope_base, "rope_base", 1.0, low_open=True)
     ids = {k: check_int(getattr(c, k), k, minimum=0)
@@ -72,7 +74,9 @@ class DecoderOnlyConfig:
     starts the continuation) and ``eos_id`` must differ. ``embed_scale``: chapter 1's
     ``TokenEmbedding`` (× √d_model, the paper's scale, next to a sinusoidal table of
     amplitude 1) instead of a plain ``nn.Embedding`` of std 0.02 (GPT, Llama); None:
-    scaled for ``positions="sinusoidal"`` only."""
+    scaled for ``positions="sinusoidal"`` only. ``prefix_lm``: ``forward(src, tgt_in)``
+    and the stepper let the source (the prompt) attend both ways, T5's prefix LM;
+    the target stays causal."""
 
     vocab_size: int
     d_model: int = 256
@@ -94,6 +98,7 @@ class DecoderOnlyConfig:
     pad_id: int = 0
     bos_id: int = 1
     eos_id: int = 2
+    prefix_lm: bool = False
 
     def __post_init__(self) -> None:
         _check_config(self)
@@ -145,11 +150,13 @@ def lm_positions(real: torch.Tensor) -> torch.Tensor:
     return (real.long().cumsum(dim=1) - 1).clamp(min=0)
 
 
-def lm_mask(real: torch.Tensor, n_new: int) -> torch.Tensor:
-    """The mask of the last ``n_new`` positions of real (B, L): causal, and no pad key.
-    -> (B, 1, n_new, L), True = may attend."""
+def lm_mask(real: torch.Tensor, n_new: int, prefix: int = 0) -> torch.Tensor:
+    """The mask of the last ``n_new`` positions of real (B, L): causal, and no pad key;
+    the first ``prefix`` positions are keys for every query (a prefix LM: the prefix
+    reads itself both ways). -> (B, 1, n_new, L), True = may attend."""
     L = real.size(1)
     causal = torch.ones(n_new, L, dtype=torch.bool, device=real.device).tril(L - n_new)
+    causal[:, :prefix] = True
     return causal[None, None] & real[:, None, None, :]
 
 
@@ -228,19 +235,23 @@ class DecoderOnlyLM(nn.Module):
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= V):
             raise ValueError(f"{name} holds ids outside [0, {V})")
 
-    def lm(self, ids: torch.Tensor, first: int = 0) -> torch.Tensor:
+    def lm(self, ids: torch.Tensor, first: int = 0, prefix: int = 0) -> torch.Tensor:
         """ids (B, L) -> next-token logits (B, L - first, V) of positions ``first`` on
-        (all by default); pad tokens are never attended."""
+        (all by default); pad tokens are never attended; the first ``prefix``
+        positions attend to each other both ways (a prefix LM)."""
         self._check(ids, "ids")
         real = ids != self.config.pad_id
-        h = self.hidden(ids, lm_positions(real), lm_mask(real, ids.size(1)))
+        h = self.hidden(ids, lm_positions(real), lm_mask(real, ids.size(1), prefix))
         return self.logits(h[:, first:])              # no logits for unused positions
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """src (B, S), tgt_in (B, T) starting with bos -> logits (B, T, V) of the
-        target positions of the sequence src ‖ tgt_in."""
+        target positions of the sequence src ‖ tgt_in; with ``prefix_lm`` the source
+        positions attend to the whole source."""
         self._check(src, "src")
-        return self.lm(torch.cat([src, tgt_in], dim=1), first=src.size(1))
+        S = src.size(1)
+        return self.lm(torch.cat([src, tgt_in], dim=1), first=S,
+                       prefix=S if self.config.prefix_lm else 0)
 
     # [book/13_modern.ipynb, cell 34]
     def stepper(self, prompt: torch.Tensor,
@@ -257,23 +268,25 @@ class PromptStepper:
     the logits of the next token (N, V), float32, pad and bos at -inf. With the cache
     the prompt is run once (the prefill) and each step feeds one token; without it
     every step runs prompt ‖ ys whole. The padding mask and the positions come from the
-    real tokens only, so a row's continuation does not depend on its batch."""
+    real tokens only, so a row's continuation does not depend on its batch. With
+    ``prefix_lm`` the prompt attends to itself both ways (in the prefill, once)."""
 
     def __init__(self, model: DecoderOnlyLM, prompt: torch.Tensor, use_cache: bool):
         c = model.config
         self.model, self.prompt, self.pad = model, prompt, c.pad_id
+        self.prefix = prompt.size(1) if c.prefix_lm else 0
         self.cache = model.new_cache() if use_cache else None
         self.forbidden = torch.tensor(sorted({c.pad_id, c.bos_id}),
                                       device=prompt.device)
         if self.cache is not None:                                 # the prefill
             real = prompt != c.pad_id
-            model.hidden(prompt, lm_positions(real), lm_mask(real, prompt.size(1)),
-                         self.cache)
+            model.hidden(prompt, lm_positions(real),
+                         lm_mask(real, prompt.size(1), self.prefix), self.cache)
 
     def step(self, ys: torch.Tensor) -> torch.Tensor:
         ids = torch.cat([self.prompt, ys], dim=1)                  # (N, P + t)
         if self.cache is None:
-            logits = self.model.lm(ids, first=ids.size(1) - 1)[:, -1]   # (N, V)
+            logits = self.model.lm(ids, ids.size(1) - 1, self.prefix)[:, -1]  # (N, V)
         else:
             if self.cache.length != ids.size(1) - 1:
                 raise RuntimeError("KV cache out of step with the prefix")
