@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: setup browser export check lint test test-deep test-lib test-notebooks test-portable book check-pages bench clean help
+.PHONY: setup browser export check lint test test-fast test-deep test-lib test-notebooks test-portable book check-pages bench clean help
 .PHONY: gpu-check test-gpu-check-dry
 
 help:
@@ -16,6 +16,8 @@ help:
 	@echo "              then check every page in headless Chromium (make check-pages)"
 	@echo "make test   - set up .venv, check the export, run pytest on tests/ and nbval on every chapter"
 	@echo "              (with BOOK_SEED=1 and AVX2 kernels: a second machine beside make book's)"
+	@echo "make test-fast - the library's tests without the slow ones (subprocesses, torchrun, torch.compile):"
+	@echo "              the inner loop while developing; make test runs them all"
 	@echo "make test-portable - nbval on every chapter for more seeds and CPU kernel settings"
 	@echo "make export - regenerate transformer_lib/ from the chapters"
 	@echo "make lint   - ruff (library, tests, tools, benchmarks, notebooks), mypy (library) and the prose check"
@@ -69,6 +71,11 @@ check: $(STAMP)
 
 test-lib: check
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 tests/
+
+# The tests marked slow (pytest -m slow: torchrun, signals sent from another process, python -m, the GPU
+# check's dry run, torch.compile) are left out: a few seconds a file instead of minutes. make test runs all.
+test-fast: check
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 -m "not slow" tests/
 
 # The chapters under nbval as a second machine would run them: another seed (BOOK_SEED, chapter 0) and other
 # CPU kernels (ATen's AVX2 code and MKL's AVX2 path instead of this machine's AVX-512), so that the trained

@@ -152,6 +152,7 @@ def test_accum_steps_is_checked():
         TrainConfig(steps=1, accum_steps=1.5)
 
 
+@pytest.mark.slow
 def test_torchrun_ranks_are_weighted_by_tokens(tmp_path):
     """Two gloo processes with very different token counts, each accumulating two micro-batches: the update
     is the one of the big batch of all their pairs, not the mean of the per-rank means (the control, which

@@ -36,6 +36,7 @@ def _glyph_problems(chromium, tmp_path, pages: dict[str, tuple[str, str]]) -> di
     return {name: [p for p in results[name].problems if p.startswith("glyph:")] for name in pages}
 
 
+@pytest.mark.slow
 def test_a_character_no_font_has_fails_and_the_books_cjk_passes(chromium, tmp_path):
     if not check_pages.subprocess.run(["fc-list", ":family=Noto Sans CJK JP"], capture_output=True,
                                       text=True).stdout.strip():

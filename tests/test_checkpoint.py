@@ -464,6 +464,7 @@ print("not reached")
 """
 
 
+@pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_then_ends_the_process(tmp_path):
     path = tmp_path / "run.pt"
     script = _SIGTERM_SCRIPT.format(root=str(ROOT), path=str(path))

@@ -35,15 +35,6 @@ TINY = ["--vocab-size", "300", "--d-model", "32", "--n-heads", "2", "--layers", 
 # the model options in TINY (--resume takes them from config.json)
 MODEL_OPTIONS = {"--vocab-size", "--d-model", "--n-heads", "--layers", "--d-ff", "--max-len"}
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread (and --threads 1 in TINY sets it): restore it afterwards."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     d = tmp_path_factory.mktemp("corpus")
@@ -412,6 +403,7 @@ def _start_process(corpus, out, *extra):
     return subprocess.Popen(cmd, env=env, cwd=ROOT, text=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig, status, name", [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")])
 def test_interrupt_saves_and_resume_continues_exactly(sig, status, name, corpus, trained, tmp_path, capsys):
     """Ctrl-C or SIGTERM after the first update: one line saying where the run is and how to continue, the
@@ -539,6 +531,7 @@ def test_translate_stdin_bytes_and_crlf(trained, corpus, monkeypatch, capsys):
 
 
 # ---------------------------------------------------------------- the real entry point
+@pytest.mark.slow
 def test_python_dash_m(trained, corpus):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     run = subprocess.run([sys.executable, "-m", "transformer_lib", "translate", "--model", str(trained),
@@ -572,6 +565,7 @@ def ddp_run(corpus, tmp_path_factory):
     return out, _torchrun(corpus, out, "--epochs", "2", "--dropout", "0")
 
 
+@pytest.mark.slow
 def test_torchrun_writes_one_model_directory_that_translate_loads(corpus, ddp_run, monkeypatch, capsys):
     out, run = ddp_run
     assert sorted(f.name for f in out.iterdir()) == sorted([CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE,
@@ -591,6 +585,7 @@ def test_torchrun_writes_one_model_directory_that_translate_loads(corpus, ddp_ru
     assert capsys.readouterr().out.splitlines() == translate_lines(model, tokenizer, sources, beam=2)
 
 
+@pytest.mark.slow
 def test_torchrun_ranks_read_their_share_of_the_batches(corpus, ddp_run):
     from transformer_lib.batching import PairDataset, TokenBucketSampler
     from transformer_lib.corpus import read_tsv
@@ -608,6 +603,7 @@ def test_torchrun_ranks_read_their_share_of_the_batches(corpus, ddp_run):
     assert json.loads((out / TRAINING_FILE).read_text())["steps"] == 2 * each[0]
 
 
+@pytest.mark.slow
 def test_torchrun_resume_is_exact(corpus, ddp_run, tmp_path):
     """Two processes stopped inside the first epoch and resumed reach the weights of the uninterrupted
     two-process run, bit for bit (the batches each rank reads, the optimizer, the schedule)."""

@@ -15,6 +15,8 @@ import torch
 
 import transformer_lib as tl
 
+pytestmark = pytest.mark.slow               # compiling takes seconds a test
+
 
 def _compiler_missing() -> str | None:
     """Why TorchInductor cannot build its CPU kernels here, or None if it can."""

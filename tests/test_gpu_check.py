@@ -88,6 +88,7 @@ def test_no_gpu_without_dry_run_is_a_clear_error(capsys):
     assert "--dry-run" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_dry_run_passes_and_records(tmp_path):
     """The script end to end on the CPU at tiny sizes, as `make test` runs it (torch.compile with dynamo's
     eager backend: the inductor compiler is tested in test_compile.py)."""

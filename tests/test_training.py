@@ -428,18 +428,35 @@ def test_a_training_step_reads_nothing_back_but_the_loss_once_per_logging_interv
     assert reads.count == 3
 
 
-def test_train_with_bfloat16_autocast_on_cpu():
+def _autocast_seen(model: nn.Module) -> list[tuple[bool, torch.dtype, torch.dtype]]:
+    """Record, at each forward of ``model``, whether CPU autocast is on, its dtype and the logits' dtype."""
+    seen: list[tuple[bool, torch.dtype, torch.dtype]] = []
+    model.register_forward_hook(lambda m, args, out: seen.append(
+        (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"), out.dtype)))
+    return seen
+
+
+@pytest.mark.parametrize("amp, dtype", [("bf16", torch.bfloat16), (None, torch.float32)])
+def test_train_runs_the_forward_under_the_autocast_that_amp_names(amp, dtype):
     model, loader, opt, sched = _setup(dropout=0.0)
-    hist = train(model, loader, opt, sched, steps=4, amp="bf16", log_every=1, progress=False)
-    assert all(math.isfinite(x) for x in hist.loss)
+    seen = _autocast_seen(model)
+    before = [p.detach().clone() for p in model.parameters()]
+    hist = train(model, loader, opt, sched, steps=4, amp=amp, log_every=1, progress=False)
+    assert len(seen) == 4 and len(hist.loss) == 4                     # one forward per update
+    assert all(on == (amp is not None) for on, _, _ in seen)
+    assert all(logits == dtype for _, _, logits in seen)              # the projection ran in that dtype
+    if amp is not None:
+        assert all(cast == dtype for _, cast, _ in seen)
+    assert all(not torch.equal(p, q) for p, q in zip(model.parameters(), before) if p.grad is not None)
 
 
 def test_train_with_float16_and_grad_scaler_checkpoints_the_scaler(tmp_path, capsys):
     model, loader, opt, sched = _setup(dropout=0.0)
+    seen = _autocast_seen(model)
     path = tmp_path / "fp16.pt"
-    hist = train(model, loader, opt, sched, steps=4, amp="fp16", log_every=1, checkpoint_path=str(path),
-                 progress=True)
-    assert all(math.isfinite(x) for x in hist.loss)
+    train(model, loader, opt, sched, steps=4, amp="fp16", log_every=1, checkpoint_path=str(path),
+          progress=True)
+    assert seen and all(on and cast == torch.float16 for on, cast, _ in seen)
     state = torch.load(path, weights_only=True)
     assert state["scaler"]["scale"] > 1 and state["step"] == 4
     assert "loss=" in capsys.readouterr().err                      # the tqdm bar shows loss and lr
@@ -447,6 +464,7 @@ def test_train_with_float16_and_grad_scaler_checkpoints_the_scaler(tmp_path, cap
 
 # ---------------------------------------------------------------- many processes
 
+@pytest.mark.slow
 def test_torchrun_two_processes(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
@@ -463,6 +481,7 @@ def test_torchrun_two_processes(tmp_path):
     assert (tmp_path / "ckpt.pt").exists()
 
 
+@pytest.mark.slow
 def test_torchrun_resume_with_dropout_is_exact(tmp_path):
     """Two gloo processes, dropout 0.1: stopped at step 7 (mid-epoch), resumed by fresh objects with other
     seeds, the run reaches the uninterrupted run's weights bit for bit on both ranks, because the checkpoint
