@@ -38,3 +38,14 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def padded_ids(lengths: list[int], width: int, vocab: int = 20, bos: bool = False) -> torch.Tensor:
+    """(B, width) token ids in [3, vocab), row b real for its first lengths[b] positions, then pad (0); with
+    ``bos``, every row starts with bos (1). Shared by the layer and model tests (``from conftest import``)."""
+    ids = torch.randint(3, vocab, (len(lengths), width))
+    for b, n in enumerate(lengths):
+        ids[b, n:] = 0
+    if bos:
+        ids[:, 0] = 1
+    return ids

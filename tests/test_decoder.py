@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 import torch
+from conftest import padded_ids as _ids  # one builder of padded id batches for the layer tests
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -23,16 +24,6 @@ def _decoder(norm_first: bool = False, n_layers: int = 2) -> tl.Decoder:
     """One shared decoder per configuration (building one per hypothesis example is the slow part)."""
     torch.manual_seed(1234)
     return tl.Decoder(n_layers, D, H, FF, 0.0, norm_first).eval()
-
-
-def _ids(lengths: list[int], width: int, low: int = 3, high: int = 20, bos: bool = False) -> torch.Tensor:
-    """(B, width) ids with row b real for lengths[b] positions, then pad (0)."""
-    ids = torch.randint(low, high, (len(lengths), width))
-    for b, n in enumerate(lengths):
-        ids[b, n:] = 0
-    if bos:
-        ids[:, 0] = 1
-    return ids
 
 
 def _torch_pair(norm_first: bool, n_layers: int, activation: str = "relu"):

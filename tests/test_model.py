@@ -11,6 +11,7 @@ import types
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import padded_ids as _ids  # one builder of padded id batches for the layer tests
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -28,15 +29,6 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*nested.tensor")   # nn.Transfo
 def _model(norm_first: bool = False) -> tl.Transformer:
     torch.manual_seed(99)
     return tl.Transformer(tl.TransformerConfig(**SMALL, norm_first=norm_first)).eval()
-
-
-def _ids(lengths, width, vocab, bos=False):
-    ids = torch.randint(3, vocab, (len(lengths), width))
-    for b, n in enumerate(lengths):
-        ids[b, n:] = 0
-    if bos:
-        ids[:, 0] = 1
-    return ids
 
 
 def _torch_logits(model, reference, src, tgt_in, tgt_padding=False):
