@@ -27,14 +27,14 @@ from pathlib import Path
 
 import torch
 
-from transformer_lib.batching import PadCollate, PairDataset, TokenBucketSampler, copy_task
-from transformer_lib.checkpoint import load_checkpoint
-from transformer_lib.distributed import cleanup_distributed, setup_distributed
-from transformer_lib.evaluation import evaluate
-from transformer_lib.loss import LabelSmoothingLoss
 from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.schedule import noam_lambda
-from transformer_lib.training import train
+from transformer_lib.training.batching import PadCollate, PairDataset, TokenBucketSampler, copy_task
+from transformer_lib.training.checkpoint import load_checkpoint
+from transformer_lib.training.distributed import cleanup_distributed, setup_distributed
+from transformer_lib.training.evaluation import evaluate
+from transformer_lib.training.loop import train
+from transformer_lib.training.loss import LabelSmoothingLoss
+from transformer_lib.training.schedule import noam_lambda
 
 STEPS, STOP = 12, 7
 

@@ -1,4 +1,4 @@
-"""Tests of gradient accumulation in transformer_lib.training: k micro-batches of different lengths give the
+"""Tests of gradient accumulation in transformer_lib.training.loop: k micro-batches of different lengths give the
 gradient of the one big batch they make up (the loss normalised by the total count of target tokens), and
 the mean of per-micro-batch means does not; train(accum_steps=k) makes the big batch's update, groups an
 epoch's batches without spanning two epochs, and resumes exactly."""
@@ -9,11 +9,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer_lib.batching import PadCollate
-from transformer_lib.loss import LabelSmoothingLoss
 from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.train_config import TrainConfig
-from transformer_lib.training import accumulate_gradients, train
+from transformer_lib.training.batching import PadCollate
+from transformer_lib.training.config import TrainConfig
+from transformer_lib.training.loop import accumulate_gradients, train
+from transformer_lib.training.loss import LabelSmoothingLoss
 
 V = 11
 

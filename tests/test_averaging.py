@@ -1,4 +1,4 @@
-"""Tests of transformer_lib.averaging: the mean of state dicts and of checkpoint files, against a hand
+"""Tests of transformer_lib.training.averaging: the mean of state dicts and of checkpoint files, against a hand
 computation and the identity of k copies; the clear errors for dicts or files of different models."""
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import transformer_lib as tl
-from transformer_lib.averaging import average_checkpoints, average_state_dicts
-from transformer_lib.checkpoint import CheckpointError, save_checkpoint
 from transformer_lib.model import Transformer, TransformerConfig
+from transformer_lib.training.averaging import average_checkpoints, average_state_dicts
+from transformer_lib.training.checkpoint import CheckpointError, save_checkpoint
 
 
 def _model(seed, n_heads=2, d_model=16, dropout=0.1):

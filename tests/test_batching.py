@@ -1,4 +1,4 @@
-"""Tests of transformer_lib.batching: teacher-forcing inputs, the dataset and collation of (source, target)
+"""Tests of transformer_lib.training.batching: teacher-forcing inputs, the dataset and collation of (source, target)
 pairs, the token-bucket sampler's coverage, budget and split across replicas, the padding measure, the toy
 tasks, and bad input."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer_lib.batching import (
+from transformer_lib.training.batching import (
     Batch,
     PadCollate,
     PairDataset,

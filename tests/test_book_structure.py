@@ -38,8 +38,8 @@ def _source(cell: dict) -> str:
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
 def test_exported_cells_are_short(path: Path):
-    long = [(index + 1, len(body.splitlines())) for index, _, body in export.exported_cells(path)
-            if len(body.splitlines()) > MAX_EXPORTED_LINES]
+    long = [(c.cell_id, len(c.body.splitlines())) for c in export.exported_cells(path)
+            if len(c.body.splitlines()) > MAX_EXPORTED_LINES]
     assert not long, f"{path.name}: exported cells over {MAX_EXPORTED_LINES} lines (cell, lines): {long}"
 
 
@@ -53,7 +53,7 @@ def test_only_the_default_exp_cell_is_removed_from_the_page(path: Path):
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
 def test_a_chapter_runs_its_own_definitions(path: Path):
-    own = {name for _, _, body in export.exported_cells(path) for name in export.public_names(body)}
+    own = {name for c in export.exported_cells(path) for name in export.public_names(c.body)}
     used = set()
     for cell in _cells(path):
         if cell.get("cell_type") == "code":
@@ -63,7 +63,7 @@ def test_a_chapter_runs_its_own_definitions(path: Path):
 
 def test_no_module_imports_a_private_name_of_another():
     offenders = []
-    for module in sorted((REPO / "transformer_lib").glob("*.py")):
+    for module in sorted((REPO / "transformer_lib").rglob("*.py")):
         for node in ast.walk(ast.parse(module.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("transformer_lib"):
                 offenders += [f"{module.name}: {node.module}.{a.name}" for a in node.names

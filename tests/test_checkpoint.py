@@ -1,4 +1,4 @@
-"""Tests of transformer_lib.checkpoint: a resumed run equals an uninterrupted one (mid-epoch, at an epoch's
+"""Tests of transformer_lib.training.checkpoint: a resumed run equals an uninterrupted one (mid-epoch, at an epoch's
 end, with a shuffling DataLoader or the bucketing sampler), the round trip of every state, safe loading,
 atomic writes, the random states, and a checkpoint that holds no position."""
 from __future__ import annotations
@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from transformer_lib.batching import PadCollate, PairDataset, TokenBucketSampler, copy_task
-from transformer_lib.checkpoint import (
+from transformer_lib.model import Transformer, TransformerConfig
+from transformer_lib.training.batching import PadCollate, PairDataset, TokenBucketSampler, copy_task
+from transformer_lib.training.checkpoint import (
     CheckpointError,
     NonFiniteError,
     RunPosition,
@@ -27,9 +28,8 @@ from transformer_lib.checkpoint import (
     save_checkpoint,
     unwrap_model,
 )
-from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.schedule import noam_lambda
-from transformer_lib.training import train
+from transformer_lib.training.loop import train
+from transformer_lib.training.schedule import noam_lambda
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -444,9 +444,9 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes_exactly(tmp_path, how):
 _SIGTERM_SCRIPT = """
 import os, signal, sys, torch
 sys.path.insert(0, {root!r})
-from transformer_lib.batching import PadCollate, PairDataset, copy_task
+from transformer_lib.training.batching import PadCollate, PairDataset, copy_task
 from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.training import train
+from transformer_lib.training.loop import train
 torch.manual_seed(0)
 data = PairDataset(copy_task(40, vocab_size=11, min_len=2, max_len=5, seed=1))
 loader = torch.utils.data.DataLoader(data, batch_size=10, shuffle=True, collate_fn=PadCollate())

@@ -1,4 +1,4 @@
-"""Tests of the command-line tool (transformer_lib.cli, python -m transformer_lib): an end-to-end run of
+"""Tests of the command-line tool (transformer_lib.cli.main, python -m transformer_lib): an end-to-end run of
 train and translate on a tiny generated corpus, resuming from a checkpoint, Ctrl-C and SIGTERM, the
 one-line promise over every error path (one line on stderr, exit status 2 for usage errors and 1 for the
 others, never a traceback), the run's report on stderr, and the same command under torchrun with two gloo
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer_lib.cli import build_parser, main
-from transformer_lib.corpus import generate_pairs, split_pairs, write_tsv
-from transformer_lib.translate import (
+from transformer_lib.cli.main import build_parser, main
+from transformer_lib.translation.corpus import generate_pairs, split_pairs, write_tsv
+from transformer_lib.translation.translate import (
     CHECKPOINT_FILE,
     CONFIG_FILE,
     TOKENIZER_FILE,
@@ -587,10 +587,10 @@ def test_torchrun_writes_one_model_directory_that_translate_loads(corpus, ddp_ru
 
 @pytest.mark.slow
 def test_torchrun_ranks_read_their_share_of_the_batches(corpus, ddp_run):
-    from transformer_lib.batching import PairDataset, TokenBucketSampler
-    from transformer_lib.corpus import read_tsv
-    from transformer_lib.tokenizer import encode_pairs
-    from transformer_lib.translate import load_config_and_tokenizer
+    from transformer_lib.training.batching import PairDataset, TokenBucketSampler
+    from transformer_lib.translation.corpus import read_tsv
+    from transformer_lib.translation.tokenizer import encode_pairs
+    from transformer_lib.translation.translate import load_config_and_tokenizer
 
     out, _ = ddp_run
     config, tokenizer = load_config_and_tokenizer(out)

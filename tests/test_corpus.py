@@ -1,4 +1,4 @@
-"""Tests of transformer_lib.corpus: the generated corpus, its splits, the corpus readers and writers, and
+"""Tests of transformer_lib.translation.corpus: the generated corpus, its splits, the corpus readers and writers, and
 the optional dependencies (num2words and babel are imported only when a pair is generated)."""
 import datetime
 import os
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from num2words import num2words
 
-from transformer_lib.corpus import (
+from transformer_lib.translation.corpus import (
     CorpusError,
     Pair,
     atomic_write,

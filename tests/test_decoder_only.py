@@ -1,4 +1,4 @@
-"""Tests of transformer_lib.decoder_only: the decoder-only model with chapter 11's decoders (with and without
+"""Tests of transformer_lib.modern.decoder_only: the decoder-only model with chapter 11's decoders (with and without
 the cache, batch against one by one, padding anywhere), training through chapter 10's loop, the config's
 checks and bad input."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import transformer_lib as tl
-from transformer_lib.decoder_only import DecoderOnlyConfig, DecoderOnlyLM, lm_mask, lm_positions
+from transformer_lib.modern.decoder_only import DecoderOnlyConfig, DecoderOnlyLM, lm_mask, lm_positions
 
 SETTINGS = settings(max_examples=15, deadline=None)
 V = 20

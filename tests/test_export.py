@@ -51,6 +51,9 @@ def _cell(kind: str, source: str, tags: list[str] | None = None) -> dict:
 
 
 def _notebook(cells: list[dict]) -> dict:
+    """A notebook of ``cells``; a cell without an id gets its position (from 1), so provenance reads
+    ``cell 3`` in these tests."""
+    cells = [{"id": str(i), **cell} for i, cell in enumerate(cells, 1)]
     return {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
 
 

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import transformer_lib as tl
-from transformer_lib.decoder_only import DecoderOnlyBlock, DecoderOnlyConfig, DecoderOnlyLM
-from transformer_lib.llama import half_to_interleaved, load_llama_state_dict
+from transformer_lib.modern.decoder_only import DecoderOnlyBlock, DecoderOnlyConfig, DecoderOnlyLM
+from transformer_lib.modern.llama import half_to_interleaved, load_llama_state_dict
 
 transformers = pytest.importorskip("transformers")
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding  # noqa: E402

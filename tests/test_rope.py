@@ -1,4 +1,4 @@
-"""Tests of transformer_lib.rope: RoPE's relative-position property (hypothesis), its direction (against chapter
+"""Tests of transformer_lib.modern.rope: RoPE's relative-position property (hypothesis), its direction (against chapter
 2's sinusoidal dot product), the complex-multiplication form both ways, the two layouts, the cached module,
 autocast, and bad input."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from transformer_lib.modern.rope import RotaryEmbedding, apply_rotary, rotary_frequencies, rotate
 from transformer_lib.positional import sinusoidal_table
-from transformer_lib.rope import RotaryEmbedding, apply_rotary, rotary_frequencies, rotate
 
 SETTINGS = settings(max_examples=40, deadline=None)
 

@@ -1,4 +1,4 @@
-"""Tests of chapter 11's ``transformer_lib.decoding.token_scores``: the per-token log-probabilities of an output in
+"""Tests of chapter 11's ``transformer_lib.decoding.greedy.token_scores``: the per-token log-probabilities of an output in
 one teacher-forced pass. References computed another way: the incremental (cached) decoder stepping over the same
 output, and beam search's own scores (their sums at alpha = 0, the length-normalised sums at alpha = 0.6). Also the
 layout (0 after eos), duck typing (a wrapper that is not a module; the decoder-only model of chapter 13 through its
@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from test_decoding import BOS, EOS, PAD, OwnModel, make_model, make_src
 
 import transformer_lib as tl
-from transformer_lib.beam import beam_search, length_penalty_factor
-from transformer_lib.decoder_only import DecoderOnlyConfig, DecoderOnlyLM
-from transformer_lib.decoding import decoding_mode, greedy_decode, start_decoding, token_scores
-from transformer_lib.sampling import sample
+from transformer_lib.decoding.beam import beam_search, length_penalty_factor
+from transformer_lib.decoding.greedy import decoding_mode, greedy_decode, start_decoding, token_scores
+from transformer_lib.decoding.sampling import sample
+from transformer_lib.modern.decoder_only import DecoderOnlyConfig, DecoderOnlyLM
 
 
 def stepwise_scores(model, src: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Tests of transformer_lib.tokenizer: the byte-level BPE tokenizer with fixed special ids, and the
+"""Tests of transformer_lib.translation.tokenizer: the byte-level BPE tokenizer with fixed special ids, and the
 encoding of a corpus into token-id pairs."""
 import json
 
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer_lib.corpus import generate_pairs
-from transformer_lib.tokenizer import (
+from transformer_lib.translation.corpus import generate_pairs
+from transformer_lib.translation.tokenizer import (
     BOS_ID,
     BYTE_OF_CHAR,
     EOS_ID,

@@ -1,4 +1,4 @@
-"""Tests of transformer_lib.loss, .evaluation and .training: label smoothing against formulas computed another
+"""Tests of transformer_lib.training.loss, .evaluation and .training: label smoothing against formulas computed another
 way (the sources' definition and PyTorch's), the Noam rate at its landmarks, the greedy exact-match helper
 against an oracle, the loop (history, validation, early stop, mixed precision, settings as keywords or as a
 TrainConfig, one read-back per logging interval), bad input, and a 2-process torchrun (gloo) run."""
@@ -21,16 +21,16 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from transformer_lib.batching import PadCollate, PairDataset
-from transformer_lib.checkpoint import CheckpointError
-from transformer_lib.distributed import gather_objects, is_distributed, rank, world_size
-from transformer_lib.evaluation import amp_dtype, evaluate, exact_match
-from transformer_lib.interrupts import Interrupts
-from transformer_lib.loss import LabelSmoothingLoss
 from transformer_lib.model import TransformerConfig
-from transformer_lib.schedule import noam_lambda
-from transformer_lib.train_config import TrainConfig
-from transformer_lib.training import train
+from transformer_lib.training.batching import PadCollate, PairDataset
+from transformer_lib.training.checkpoint import CheckpointError
+from transformer_lib.training.config import TrainConfig
+from transformer_lib.training.distributed import gather_objects, is_distributed, rank, world_size
+from transformer_lib.training.evaluation import amp_dtype, evaluate, exact_match
+from transformer_lib.training.interrupts import Interrupts
+from transformer_lib.training.loop import train
+from transformer_lib.training.loss import LabelSmoothingLoss
+from transformer_lib.training.schedule import noam_lambda
 
 SETTINGS = settings(max_examples=40, deadline=None)
 ROOT = Path(__file__).resolve().parent.parent

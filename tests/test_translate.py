@@ -1,4 +1,4 @@
-"""Tests of transformer_lib.translate, the API of a program that translates: the model directory
+"""Tests of transformer_lib.translation.translate, the API of a program that translates: the model directory
 (save_model_dir, load_model_dir and their errors), batched translation (translate_lines), BLEU and the
 bootstrap confidence intervals of a score."""
 import json
@@ -14,11 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import save_model
 
-from transformer_lib.checkpoint import CheckpointError, save_checkpoint
-from transformer_lib.corpus import generate_pairs
 from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.tokenizer import BPETokenizer
-from transformer_lib.translate import (
+from transformer_lib.training.checkpoint import CheckpointError, save_checkpoint
+from transformer_lib.translation.corpus import generate_pairs
+from transformer_lib.translation.tokenizer import BPETokenizer
+from transformer_lib.translation.translate import (
     CHECKPOINT_FILE,
     CONFIG_FILE,
     TOKENIZER_FILE,
@@ -171,7 +171,7 @@ def test_a_failed_write_leaves_the_directory_whole(model, tokenizer, model_dir, 
             f.write(b"{")                                   # a truncated write ...
         raise OSError(28, "No space left on device")        # ... then the disk is full
 
-    monkeypatch.setattr("transformer_lib.translate.save_model", full_disk)
+    monkeypatch.setattr("transformer_lib.translation.translate.save_model", full_disk)
     with pytest.raises(OSError, match="No space left"):
         save_model_dir(d, model, tokenizer, steps=8)
     monkeypatch.setattr(BPETokenizer, "to_json", lambda self: 1 / 0)

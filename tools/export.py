@@ -7,11 +7,17 @@ The book is the source of the library (literate programming, nbdev's directive s
   ``transformer_lib/NAME.py``;
 * a code cell whose first line is ``#| export`` is copied, without that line, into the module;
   ``#| export OTHER`` (nbdev's form) sends the cell to ``transformer_lib/OTHER.py`` instead, for a
-  chapter that builds several modules;
+  chapter that builds several modules. A dotted name, ``#| export training.checkpoint``, is a module of
+  a subpackage (``transformer_lib/training/checkpoint.py``); the subpackage's ``__init__.py`` is generated
+  and re-exports its modules' public names;
+* ``#| exporti`` (and ``#| exporti OTHER``) exports the cell as ``#| export`` does, but its names stay out
+  of the module's ``__all__``: a helper other modules import, not a name for the library's users;
 * a class may grow across cells, next to the prose that explains each method: an exported cell that
   holds only ``class Name(Name):`` (the notebook's way of adding methods to the ``Name`` defined in an
-  earlier cell) is folded into the body of that earlier class in the generated module. Such a cell may
-  not call ``super()``: in the notebook it would reach the earlier ``Name``, in the module the real base;
+  earlier cell) is folded into the body of that earlier class in the generated module. A method the class
+  already has is replaced where it stands (a later chapter extending an earlier chapter's class, as d2l's
+  ``add_to_class`` does); other members are appended. Such a cell may not call ``super()``: in the
+  notebook it would reach the earlier ``Name``, in the module the real base;
 * a later page of the book (in the order of ``_toc.yml``) may add to a module of an earlier one, as an
   appendix adds to its chapter's modules: its cells are appended after the earlier page's, a cell that
   holds only imports joins the module's imports at the top, and a ``class Name(Name):`` cell may reopen
@@ -22,9 +28,9 @@ The book is the source of the library (literate programming, nbdev's directive s
 
 Each generated module starts with a header that names its chapter and a digest of the body, and ends
 with an ``__all__`` of its public names (top-level functions, classes and constants that do not start
-with an underscore). Each exported cell is preceded by a provenance comment,
-``# [book/03_attention.ipynb, cell 12]`` (cells counted from 1, markdown included, as Jupyter shows
-them), so that a traceback leads to the cell to edit.
+with an underscore, from cells that are not internal). Each exported cell is preceded by a provenance
+comment, ``# [book/03_attention.ipynb, cell 3a742c30]``, that names the cell by its stable id (inserting a
+cell does not rewrite unrelated modules), so that a traceback leads to the cell to edit.
 
 Usage::
 
@@ -45,12 +51,13 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 HAND_WRITTEN = {"__init__.py", "__main__.py"}
 DEFAULT_EXP = re.compile(r"^\s*#\|\s*default_exp\s+([A-Za-z_][A-Za-z0-9_.]*)\s*$")
 MODULE_IMPORT = re.compile(r"^(\s*)#\|\s*((?:from|import)\s+transformer_lib\b.*)$")
-EXPORT = re.compile(r"^\s*#\|\s*export(?:\s+([A-Za-z_][A-Za-z0-9_.]*))?\s*$")
+EXPORT = re.compile(r"^\s*#\|\s*export(i?)(?:\s+([A-Za-z_][A-Za-z0-9_.]*))?\s*$")
 DIGEST = re.compile(r"^# digest: ([0-9a-f]{16})$", re.M)
 
 
@@ -58,20 +65,33 @@ class ExportError(Exception):
     """A chapter that cannot be exported (a directive in the wrong place, a clash of modules)."""
 
 
+class Cell(NamedTuple):
+    """One exported cell: its index among all the notebook's cells, its stable id, the module it goes to,
+    its body without the directive, and whether it is internal (``#| exporti``: in the module, not in its
+    ``__all__``)."""
+
+    index: int
+    cell_id: str
+    module: str
+    body: str
+    internal: bool = False
+
+
 def _source(cell: dict) -> str:
     src = cell.get("source", "")
     return "".join(src) if isinstance(src, list) else src
 
 
-def exported_cells(path: Path) -> list[tuple[int, str, str]]:
-    """The exported cells of one notebook: (index among all its cells, module, body without the directive).
+def exported_cells(path: Path) -> list[Cell]:
+    """The exported cells of one notebook, in order.
 
-    Raises ExportError for a misplaced ``#| default_exp`` or an export with no module to go to.
+    Raises ExportError for a misplaced ``#| default_exp``, an export with no module to go to, or an
+    exported cell without an id (nbformat 4.5 gives every cell one).
     """
     nb = json.loads(path.read_text(encoding="utf-8"))
     module = None
     first_code = True
-    cells: list[tuple[int, str | None, str]] = []
+    cells: list[tuple[int, str, str | None, str, bool]] = []
     for index, cell in enumerate(nb.get("cells", [])):
         if cell.get("cell_type") != "code":
             continue
@@ -85,14 +105,16 @@ def exported_cells(path: Path) -> list[tuple[int, str, str]]:
         first_code = False
         m = EXPORT.match(lines[0]) if lines else None
         if m:
+            if not cell.get("id"):
+                raise ExportError(f"{path}, cell {index + 1}: an exported cell needs an id (nbformat >= 4.5)")
             body = "\n".join(_module_only(line) for line in lines[1:]).strip("\n")
-            cells.append((index, m.group(1), body))
+            cells.append((index, cell["id"], m.group(2), body, m.group(1) == "i"))
     out = []
-    for index, target, body in cells:
+    for index, cell_id, target, body, internal in cells:
         target = target or module
         if target is None:
             raise ExportError(f"{path}: has '#| export' cells but no '#| default_exp' in its first code cell")
-        out.append((index, target, body))
+        out.append(Cell(index, cell_id, target, body, internal))
     return out
 
 
@@ -113,11 +135,11 @@ def book_order(root: Path) -> list[Path]:
                                              p.name))
 
 
-def read_chapter(path: Path) -> dict[str, list[tuple[int, str]]]:
-    """{module: [(cell index, exported body), ...] in order} of one notebook."""
-    bodies: dict[str, list[tuple[int, str]]] = {}
-    for index, module, body in exported_cells(path):
-        bodies.setdefault(module, []).append((index, body))
+def read_chapter(path: Path) -> dict[str, list[Cell]]:
+    """{module: [its cells, in order]} of one notebook."""
+    bodies: dict[str, list[Cell]] = {}
+    for cell in exported_cells(path):
+        bodies.setdefault(cell.module, []).append(cell)
     return bodies
 
 
@@ -144,9 +166,10 @@ def digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def provenance(notebook_rel: str, index: int) -> str:
-    """The comment that names the cell a piece of a module came from (cells counted from 1)."""
-    return f"# [{notebook_rel}, cell {index + 1}]"
+def provenance(notebook_rel: str, cell_id: str) -> str:
+    """The comment that names the cell a piece of a module came from, by the cell's stable id (inserting a
+    cell elsewhere in the notebook does not change it)."""
+    return f"# [{notebook_rel}, cell {cell_id}]"
 
 
 def _reopened_class(body: str, defined: set[str]) -> ast.ClassDef | None:
@@ -164,21 +187,61 @@ def _reopened_class(body: str, defined: set[str]) -> ast.ClassDef | None:
     return node
 
 
-def _fold(notebook_rel: str, index: int, node: ast.ClassDef, body: str) -> list[str]:
-    """The lines of a reopened class's body, to append to the earlier class, with their provenance."""
-    lines = body.splitlines()
+def _member_span(node: ast.stmt) -> tuple[int, int]:
+    """First and last line (1-based) of a class member, its decorators included."""
+    first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+    return first, node.end_lineno or node.lineno
+
+
+def _fold(chunk: list[str], notebook_rel: str, cell: Cell, node: ast.ClassDef) -> list[str]:
+    """``chunk`` (a module piece whose top level defines class ``node.name``) with a reopening cell folded
+    in: a method the class already has is replaced where it stands, the other members are appended to the
+    class's body; each piece goes behind the reopening cell's provenance."""
+    lines = cell.body.splitlines()
+    where = f"{notebook_rel}, cell {cell.cell_id}"
     if node.decorator_list or node.body[0].lineno <= node.lineno:
-        raise ExportError(f"{notebook_rel}, cell {index + 1}: a cell that reopens class {node.name} must "
+        raise ExportError(f"{where}: a cell that reopens class {node.name} must "
                           f"start with a plain `class {node.name}({node.name}):` line")
     if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "super"
            for n in ast.walk(node)):
-        raise ExportError(f"{notebook_rel}, cell {index + 1}: a cell that reopens class {node.name} "
+        raise ExportError(f"{where}: a cell that reopens class {node.name} "
                           "cannot call super() (in the module it would reach another class)")
+    target = [n for n in ast.parse("\n".join(chunk)).body if isinstance(n, ast.ClassDef) and n.name == node.name][-1]
+    existing = {m.name: m for m in target.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    comment = "    " + provenance(notebook_rel, cell.cell_id)
+    replaced: list[tuple[int, int, list[str]]] = []  # (first, last) in chunk, new lines
+    taken: set[int] = set()  # lines of the cell that replace a method
+    for member in node.body:
+        if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef)) and member.name in existing:
+            a, b = _member_span(member)
+            taken.update(range(a, b + 1))
+            replaced.append((*_member_span(existing[member.name]), [comment, *lines[a - 1:b]]))
     header_end = node.body[0].lineno - 1
     while header_end > node.lineno and not lines[header_end - 1].rstrip().endswith(":"):
         header_end -= 1
-    rest = lines[header_end:]
-    return ["", "    " + provenance(notebook_rel, index), *rest]
+    rest = [line for i, line in enumerate(lines, 1) if i > header_end and i not in taken]
+    out = list(chunk)
+    end = target.end_lineno or target.lineno
+    if any(line.strip() for line in rest):
+        while rest and not rest[-1].strip():
+            rest.pop()
+        out[end:end] = ["", comment, *rest]
+    for a, b, new in sorted(replaced, reverse=True):
+        prev = a - 2  # the line above the old definition: its own provenance, if it came alone
+        if prev >= 0 and out[prev].strip().startswith("# [") and _alone_after(out, b):
+            a -= 1
+        out[a - 1:b] = new
+    return out
+
+
+def _alone_after(lines: list[str], last: int) -> bool:
+    """Whether nothing but blank lines separates line ``last`` (1-based) from the next provenance comment or
+    the end of the class (a line indented less than a member)."""
+    for line in lines[last:]:
+        if not line.strip():
+            continue
+        return line.strip().startswith("# [") or not line.startswith("    ")
+    return True
 
 
 def _imports_only(body: str) -> bool:
@@ -189,50 +252,43 @@ def _imports_only(body: str) -> bool:
     return bool(tree.body) and all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in tree.body)
 
 
-def render_module(cells: list[tuple[str, int, str]]) -> str:
-    """The full text of a generated module from its cells, (notebook, cell index, body) in book order: each
-    cell behind its provenance comment, reopened classes folded, a later page's import cells moved up to
-    the module's imports."""
+def render_module(cells: list[tuple[str, Cell]]) -> str:
+    """The full text of a generated module from its cells, (notebook, cell) in book order: each cell behind
+    its provenance comment, reopened classes folded, a later page's import cells moved up to the module's
+    imports; ``__all__`` lists the public names of the cells that are not internal."""
     chunks: list[list[str]] = []
-    class_end: dict[str, tuple[int, int]] = {}  # class name -> (chunk, line after its body)
+    owner: dict[str, int] = {}  # class name -> the chunk that defines it
     first = cells[0][0]
-    pages = list(dict.fromkeys(rel for rel, _, _ in cells))
+    pages = list(dict.fromkeys(rel for rel, _ in cells))
+    names: list[str] = []
     n_imports = 0  # leading chunks that hold only imports
-    for notebook_rel, index, cell_body in cells:
-        node = _reopened_class(cell_body, set(class_end))
+    for notebook_rel, cell in cells:
+        node = _reopened_class(cell.body, set(owner))
         if node is not None:
-            chunk, end = class_end[node.name]
-            extra = _fold(notebook_rel, index, node, cell_body)
-            chunks[chunk][end:end] = extra
-            for name, (c, e) in class_end.items():  # later classes of the same chunk move down
-                if c == chunk and e > end:
-                    class_end[name] = (c, e + len(extra))
-            class_end[node.name] = (chunk, end + len(extra))
+            chunks[owner[node.name]] = _fold(chunks[owner[node.name]], notebook_rel, cell, node)
             continue
-        lines = [provenance(notebook_rel, index), *cell_body.splitlines()]
-        if notebook_rel != first and _imports_only(cell_body):  # a later page's imports join the top
+        lines = [provenance(notebook_rel, cell.cell_id), *cell.body.splitlines()]
+        if notebook_rel != first and _imports_only(cell.body):  # a later page's imports join the top
             if n_imports == 0 and chunks and "from __future__" in "\n".join(chunks[0]):
                 n_imports = 1                           # never above a __future__ import
             chunks.insert(n_imports, lines)
-            class_end = {k: (c + (c >= n_imports), e) for k, (c, e) in class_end.items()}
+            owner = {k: c + (c >= n_imports) for k, c in owner.items()}
             n_imports += 1
             continue
         try:
-            tree = ast.parse(cell_body)
+            tree = ast.parse(cell.body)
         except SyntaxError:
             tree = None
         for top in tree.body if tree else []:
             if isinstance(top, ast.ClassDef):
-                class_end[top.name] = (len(chunks), (top.end_lineno or top.lineno) + 1)
-        if n_imports == len(chunks) and _imports_only(cell_body):
+                owner[top.name] = len(chunks)
+        if n_imports == len(chunks) and _imports_only(cell.body):
             n_imports += 1
         chunks.append(lines)
+        if not cell.internal and tree is not None:
+            names += [n for n in public_names(cell.body) if n not in names]
     body = "\n\n\n".join("\n".join(lines) for lines in chunks) + "\n"
-    names = public_names(body)
-    all_line = "__all__ = [" + ", ".join(repr(n) for n in names) + "]\n"
-    if len(all_line) > 89:  # one name a line, within the book's 88 columns
-        all_line = "__all__ = [\n" + "".join(f"    {n!r},\n" for n in names) + "]\n"
-    content = body + "\n\n" + all_line
+    content = body + "\n\n" + _all_line(names)
     extended = "".join(f"Extended by {rel}.\n" for rel in pages[1:])
     header = (
         f'"""Generated from {first}: edit the notebook, not this file.\n{extended}\n'
@@ -243,28 +299,71 @@ def render_module(cells: list[tuple[str, int, str]]) -> str:
     return header + content
 
 
+def _all_line(names: list[str]) -> str:
+    line = "__all__ = [" + ", ".join(repr(n) for n in names) + "]\n"
+    if len(line) > 89:  # one name a line, within the book's 88 columns
+        line = "__all__ = [\n" + "".join(f"    {n!r},\n" for n in names) + "]\n"
+    return line
+
+
+def render_package(package: str, modules: list[tuple[str, list[str], list[str]]]) -> str:
+    """The ``__init__.py`` of a subpackage: it re-exports the public names of its modules, given as
+    (dotted module, its public names, the pages it comes from) in book order."""
+    pages = list(dict.fromkeys(rel for _, _, rels in modules for rel in rels))
+    lines = []
+    names: list[str] = []
+    for module, public, _ in modules:
+        if public:
+            lines.append(f"from transformer_lib.{module} import (\n"
+                         + "".join(f"    {n},\n" for n in public) + ")")
+        names += public
+    body = "\n".join(lines) + "\n"
+    content = body + "\n" + _all_line(names)
+    made = "".join(f"Generated from {rel}.\n" for rel in pages)
+    header = (
+        f'"""The package ``transformer_lib.{package}``: it re-exports its modules\' public names.\n\n'
+        f'{made}Edit the notebooks, not this file; regenerate with ``python tools/export.py``."""\n'
+        f"# digest: {digest(content)}\n"
+        "# fmt: off\n\n"
+    )
+    return header + content
+
+
 def export_all(root: Path = ROOT, only: list[str] | None = None) -> dict[Path, str]:
     """Map each module path to its expected text, from every chapter under ``root/book`` (or the modules
-    that the chapters named in ``only``, by file name or path, write to)."""
+    that the chapters named in ``only``, by file name or path, write to). A dotted module
+    (``training.loop``) lives in a subpackage, whose generated ``__init__.py`` re-exports its modules'
+    public names."""
     out: dict[Path, str] = {}
-    parts: dict[str, list[tuple[str, int, str]]] = {}  # module -> its cells, in book order
+    parts: dict[str, list[tuple[str, Cell]]] = {}  # module -> its cells, in book order
     for nb_path in book_order(root):
         rel = nb_path.relative_to(root).as_posix()
         for module, cells in read_chapter(nb_path).items():
-            parts.setdefault(module, []).extend((rel, index, body) for index, body in cells)
+            parts.setdefault(module, []).extend((rel, cell) for cell in cells)
+    packages: dict[str, list[tuple[str, list[str], list[str]]]] = {}
     for module, cells in parts.items():
-        pages = {Path(rel).name for rel, _, _ in cells}
-        if only and not pages & {Path(o).name for o in only}:
-            continue
         target = root / "transformer_lib" / (module.replace(".", "/") + ".py")
         try:
             text = render_module(cells)
             compile(text, target.relative_to(root).as_posix(), "exec", dont_inherit=True)
         except SyntaxError as exc:  # name the chapter, not just a line of the generated text
-            rels = " and ".join(dict.fromkeys(rel for rel, _, _ in cells))
+            rels = " and ".join(dict.fromkeys(rel for rel, _ in cells))
             raise ExportError(f"{rels}: the cells they export to '{module}' are not valid Python: "
                               f"{exc.msg} (line {exc.lineno} of the generated module)") from exc
+        pages = list(dict.fromkeys(rel for rel, _ in cells))
+        if "." in module:
+            public = ast.literal_eval(text.rsplit("__all__ = ", 1)[1])
+            packages.setdefault(module.rsplit(".", 1)[0], []).append((module, public, pages))
+        if only and not {Path(p).name for p in pages} & {Path(o).name for o in only}:
+            continue
         out[target] = text
+    for package, modules in packages.items():
+        pages = {Path(p).name for _, _, rels in modules for p in rels}
+        if only and not pages & {Path(o).name for o in only}:
+            continue
+        if package in parts:
+            raise ExportError(f"'{package}' is both a module and a package of modules")
+        out[root / "transformer_lib" / package.replace(".", "/") / "__init__.py"] = render_package(package, modules)
     return out
 
 

@@ -1,10 +1,10 @@
 """Generated from book/03_attention.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 1a4c608bf95560ee
+# digest: d4c37d8245cfec7c
 # fmt: off
 
-# [book/03_attention.ipynb, cell 8]
+# [book/03_attention.ipynb, cell 543feaed]
 from __future__ import annotations
 
 import math
@@ -37,7 +37,7 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return weights.to(v.dtype) @ v, weights             # (…, Lq, d_v), (…, Lq, Lk)
 
 
-# [book/03_attention.ipynb, cell 10]
+# [book/03_attention.ipynb, cell 99a51cf6]
 def check_mask(mask: torch.Tensor | None, scores_shape: tuple[int, ...],
                name: str = "mask") -> None:
     """Raise a ValueError unless ``mask`` is None or a boolean tensor that broadcasts to
@@ -100,7 +100,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return _attention(q, k, v, mask, dropout_p)
 
 
-# [book/03_attention.ipynb, cell 35]
+# [book/03_attention.ipynb, cell ecf34695]
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with the weight layout of ``torch.nn.MultiheadAttention``.
 
@@ -162,7 +162,7 @@ class MultiHeadAttention(nn.Module):
             nn.init.zeros_(self.in_proj.bias)
             nn.init.zeros_(self.out_proj.bias)
 
-    # [book/03_attention.ipynb, cell 37]
+    # [book/03_attention.ipynb, cell ffa0d713]
     def _split(self, x: torch.Tensor, n_heads: int | None = None) -> torch.Tensor:
         B, L, _ = x.shape                                              # (B, L, h·d_k)
         h = self.n_heads if n_heads is None else n_heads
@@ -176,7 +176,7 @@ class MultiHeadAttention(nn.Module):
         b = None if self.in_proj.bias is None else self.in_proj.bias[part]
         return F.linear(x, self.in_proj.weight[part], b)              # rows `part`
 
-    # [book/03_attention.ipynb, cell 41]
+    # [book/03_attention.ipynb, cell a879aff7]
     def _qkv(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
              cache: dict | None, rotary: Callable | None = None
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -211,7 +211,7 @@ class MultiHeadAttention(nn.Module):
                     cache["k"], cache["v"] = k, v
         return q, k, v
 
-    # [book/03_attention.ipynb, cell 43]
+    # [book/03_attention.ipynb, cell 14328a87]
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 mask: torch.Tensor | None,
                 need_weights: bool) -> tuple[torch.Tensor, torch.Tensor | None]:

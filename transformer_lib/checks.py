@@ -1,10 +1,10 @@
 """Generated from book/01_embedding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: e66d44348a1954ce
+# digest: f56ee30cbc38b142
 # fmt: off
 
-# [book/01_embedding.ipynb, cell 8]
+# [book/01_embedding.ipynb, cell c59bb357]
 # Argument checks shared by the library's public functions. Each public function checks
 # its arguments once, where a user calls it; a bad value raises a ValueError (or
 # TypeError) that names the argument and says what was expected. Checks inside a forward
@@ -83,7 +83,7 @@ def check_probability(value, name: str, *, zero: bool = True,
     return check_float(value, name, 0.0, 1.0, low_open=not zero, high_open=not one)
 
 
-# [book/01_embedding.ipynb, cell 11]
+# [book/01_embedding.ipynb, cell 420052b9]
 def check_token_ids(ids: torch.Tensor, vocab_size: int | None, name: str = "ids",
                     dims: int | None = None) -> None:
     """Refuse anything but an integer tensor of ids in [0, vocab_size) (of ``dims``

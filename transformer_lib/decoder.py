@@ -1,10 +1,10 @@
 """Generated from book/08_decoder.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 7a04673637ce65c0
+# digest: c2e62869b42b0448
 # fmt: off
 
-# [book/08_decoder.ipynb, cell 8]
+# [book/08_decoder.ipynb, cell b698ca2c]
 from __future__ import annotations
 
 from typing import TypeVar
@@ -56,7 +56,7 @@ class KVCache:
                     part[key] = t.index_select(0, index.to(t.device))
 
 
-# [book/08_decoder.ipynb, cell 10]
+# [book/08_decoder.ipynb, cell 285b0e66]
 class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention to the encoder output, feed-forward;
     each in a sublayer.
@@ -98,7 +98,7 @@ class DecoderLayer(nn.Module):
         return self.sublayer3(x, self.feed_forward)
 
 
-# [book/08_decoder.ipynb, cell 12]
+# [book/08_decoder.ipynb, cell ae1b19c0]
 class Decoder(nn.Module):
     """A stack of ``n_layers`` decoder layers, then a final norm when ``final_norm``
     (default: Pre-Norm only). Every layer attends to the same ``memory``, the encoder's
@@ -139,7 +139,7 @@ class Decoder(nn.Module):
         return self.norm(x)
 
 
-# [book/08_decoder.ipynb, cell 14]
+# [book/08_decoder.ipynb, cell cddc6cbd]
 @torch.no_grad()
 def load_torch_decoder_layer(layer: _M, reference: nn.Module) -> _M:
     """Copy the weights of a ``torch.nn.TransformerDecoderLayer`` into ``layer`` (a

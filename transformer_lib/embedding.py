@@ -1,10 +1,10 @@
 """Generated from book/01_embedding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: dd45d983ed5ee8ba
+# digest: 33e46fabad9f0289
 # fmt: off
 
-# [book/01_embedding.ipynb, cell 13]
+# [book/01_embedding.ipynb, cell 53511cdc]
 from __future__ import annotations
 
 import math

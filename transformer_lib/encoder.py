@@ -1,10 +1,10 @@
 """Generated from book/07_encoder.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 0206091c9de5ed74
+# digest: 42f70160ba1a9516
 # fmt: off
 
-# [book/07_encoder.ipynb, cell 5]
+# [book/07_encoder.ipynb, cell 358f147a]
 from __future__ import annotations
 
 from typing import TypeVar
@@ -81,7 +81,7 @@ class Encoder(nn.Module):
         return self.norm(x)
 
 
-# [book/07_encoder.ipynb, cell 27]
+# [book/07_encoder.ipynb, cell 50d876cc]
 @torch.no_grad()
 def load_torch_encoder_layer(layer: _M, reference: nn.Module) -> _M:
     """Copy the weights of a ``nn.TransformerEncoderLayer`` into ``layer`` (an

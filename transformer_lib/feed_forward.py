@@ -1,10 +1,10 @@
 """Generated from book/05_feed_forward.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: d615ba6067f073ed
+# digest: 23a3651d008141e2
 # fmt: off
 
-# [book/05_feed_forward.ipynb, cell 6]
+# [book/05_feed_forward.ipynb, cell fc405d40]
 from __future__ import annotations
 
 import math

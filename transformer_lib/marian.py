@@ -1,10 +1,10 @@
 """Generated from book/appendix_marian.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 70e1fd0dfe5e2871
+# digest: e085868ba0a30f89
 # fmt: off
 
-# [book/appendix_marian.ipynb, cell 5]
+# [book/appendix_marian.ipynb, cell 355b3753]
 from __future__ import annotations
 
 import json
@@ -16,9 +16,9 @@ import torch
 from safetensors.torch import load_model, save_model
 
 from transformer_lib.checks import resolve_device
-from transformer_lib.corpus import atomic_write
+from transformer_lib.translation.corpus import atomic_write
 from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.translate import CONFIG_FILE, WEIGHTS_FILE, ModelDirError
+from transformer_lib.translation.translate import CONFIG_FILE, WEIGHTS_FILE, ModelDirError
 
 #: Marian's activation names -> the feed-forward activations of chapter 5
 MARIAN_ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu"}
@@ -64,7 +64,7 @@ def marian_config(hf_model: Any) -> TransformerConfig:
         output_bias=True)
 
 
-# [book/appendix_marian.ipynb, cell 7]
+# [book/appendix_marian.ipynb, cell 4b2c440c]
 def _attention(out: dict, ours: str, sd: dict, theirs: str) -> None:
     """q_proj, k_proj, v_proj -> one in_proj (queries first); out_proj as it is."""
     for kind in ("weight", "bias"):
@@ -116,10 +116,10 @@ def from_marian(hf_model: Any) -> Transformer:
     return model.eval()
 
 
-# [book/appendix_marian.ipynb, cell 17]
+# [book/appendix_marian.ipynb, cell 7d3f4fd9]
 class MarianTokenizerAdapter:
     """A ``transformers`` ``MarianTokenizer`` (SentencePiece) with the interface of
-    :class:`~transformer_lib.tokenizer.BPETokenizer`: ``vocab_size``, ``encode``,
+    :class:`~transformer_lib.translation.tokenizer.BPETokenizer`: ``vocab_size``, ``encode``,
     ``encode_batch``, ``decode``, ``decode_batch``, ``tokens``, ``save``, ``load``.
 
     ``encode`` ends the ids with ``</s>`` by default (``add_eos=True``), as Marian's
@@ -194,7 +194,7 @@ class MarianTokenizerAdapter:
         return cls(hf)
 
 
-# [book/appendix_marian.ipynb, cell 21]
+# [book/appendix_marian.ipynb, cell 2cdf4c50]
 #: the file that records a model directory's tokenizer kind; where Marian's files go
 TOKENIZER_KIND_FILE, MARIAN_TOKENIZER_DIR = "tokenizer_kind.json", "marian_tokenizer"
 

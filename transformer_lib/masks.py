@@ -1,10 +1,10 @@
 """Generated from book/04_masks.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: b68bd13d45a1cc8c
+# digest: 3b22e1d0faf057f3
 # fmt: off
 
-# [book/04_masks.ipynb, cell 5]
+# [book/04_masks.ipynb, cell 8d9dac0d]
 from __future__ import annotations
 
 import torch

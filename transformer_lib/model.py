@@ -1,10 +1,10 @@
 """Generated from book/09_model.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 8146759dca9fdae2
+# digest: 52fa0b284a8734a5
 # fmt: off
 
-# [book/09_model.ipynb, cell 5]
+# [book/09_model.ipynb, cell c85a103b]
 from __future__ import annotations
 
 import dataclasses
@@ -25,7 +25,7 @@ from transformer_lib.torch_weights import DecoderLayerParts, EncoderLayerParts
 from transformer_lib.torch_weights import check_torch_stack, expect_parts, expect_torch
 
 
-# [book/09_model.ipynb, cell 7]
+# [book/09_model.ipynb, cell 98696042]
 #: fields added later (for Marian), with defaults: older configs need not have them
 LATER_FIELDS = {"positional_layout": "interleaved", "output_bias": False}
 
@@ -106,7 +106,7 @@ class TransformerConfig:
                              f"({self.pad_id}) and bos_id ({self.bos_id}): pad and bos "
                              "are never generated, eos must be")
 
-    # [book/09_model.ipynb, cell 9]
+    # [book/09_model.ipynb, cell f33cd6c8]
     def to_dict(self) -> dict:
         """The fields as a plain dict (JSON-serialisable). The fields added for other
         checkpoints (``positional_layout``, ``output_bias``) are left out while they
@@ -127,7 +127,7 @@ class TransformerConfig:
         return cls(**d)
 
 
-# [book/09_model.ipynb, cell 11]
+# [book/09_model.ipynb, cell 0867b346]
 class Transformer(nn.Module):
     """The encoder-decoder Transformer of the paper, built from a
     :class:`TransformerConfig`.
@@ -185,7 +185,7 @@ class Transformer(nn.Module):
         if self.tgt_embed is not self.src_embed:
             self.tgt_embed.reset_parameters()
 
-    # [book/09_model.ipynb, cell 13]
+    # [book/09_model.ipynb, cell 05b2945e]
     def _check_ids(self, ids: torch.Tensor, name: str, vocab_size: int,
                    start: int = 0) -> None:
         check_token_ids(ids, vocab_size, name, dims=2)
@@ -210,7 +210,7 @@ class Transformer(nn.Module):
         x = self.positional(self.src_embed(src))                     # (B, S, d_model)
         return self.encoder(x, src_mask)                             # (B, S, d_model)
 
-    # [book/09_model.ipynb, cell 15]
+    # [book/09_model.ipynb, cell ef335c04]
     def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor,
                src_mask: torch.Tensor | None = None,
                cache: KVCache | None = None) -> torch.Tensor:
@@ -248,7 +248,7 @@ class Transformer(nn.Module):
         """An empty key/value cache for incremental decoding with :meth:`decode`."""
         return KVCache(self.config.n_decoder_layers)
 
-    # [book/09_model.ipynb, cell 17]
+    # [book/09_model.ipynb, cell b3314832]
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """src (B, S), tgt_in (B, T) -> logits (B, T, tgt_vocab_size), in one pass
         (teacher forcing)."""
@@ -288,7 +288,7 @@ class Transformer(nn.Module):
                 for name, ms in groups.items()}
 
 
-# [book/09_model.ipynb, cell 19]
+# [book/09_model.ipynb, cell b776b95f]
 @torch.no_grad()
 def load_torch_transformer(model: Transformer, reference: nn.Module) -> Transformer:
     """Copy the weights of a ``torch.nn.Transformer`` (batch_first) into ``model`` and

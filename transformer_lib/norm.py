@@ -1,10 +1,10 @@
 """Generated from book/06_residual_and_norm.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 3644d894a3cfe432
+# digest: 5441e51295ef567e
 # fmt: off
 
-# [book/06_residual_and_norm.ipynb, cell 18]
+# [book/06_residual_and_norm.ipynb, cell 997f4cad]
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -47,7 +47,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None,
     return y if weight is None else y * weight
 
 
-# [book/06_residual_and_norm.ipynb, cell 20]
+# [book/06_residual_and_norm.ipynb, cell e3015308]
 def _check_width(x: torch.Tensor, d_model: int) -> None:
     if x.size(-1) != d_model:
         raise ValueError(f"x must have last dimension d_model={d_model}, "
@@ -105,7 +105,7 @@ class RMSNorm(nn.Module):
         return f"{self.d_model}, eps={self.eps}, fused={self.fused}"
 
 
-# [book/06_residual_and_norm.ipynb, cell 36]
+# [book/06_residual_and_norm.ipynb, cell bcbe94e7]
 def make_norm(kind: str, d_model: int, eps: float = 1e-5) -> nn.Module:
     """A normalisation layer by name: ``"layer"`` (:class:`LayerNorm`) or ``"rms"``
     (:class:`RMSNorm`)."""

@@ -1,10 +1,10 @@
 """Generated from book/02_positional_encoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: a2fae83f2297b419
+# digest: 535d8650228f76bd
 # fmt: off
 
-# [book/02_positional_encoding.ipynb, cell 7]
+# [book/02_positional_encoding.ipynb, cell eea870aa]
 from __future__ import annotations
 
 import torch
@@ -44,7 +44,7 @@ def sinusoidal_table(max_len: int, d_model: int, base: float = 10000.0,
     return table.float()                                       # (max_len, d_model)
 
 
-# [book/02_positional_encoding.ipynb, cell 9]
+# [book/02_positional_encoding.ipynb, cell 498714c1]
 def _positions(x: torch.Tensor, start_pos: int, d_model: int,
                max_len: int) -> tuple[int, int]:
     """Check x (B, L, d_model) and start_pos; return the slice [start, end) to add.

@@ -1,10 +1,10 @@
 """Generated from book/00_overview.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 18531a6dafdbe203
+# digest: a5caf75a31826827
 # fmt: off
 
-# [book/00_overview.ipynb, cell 4]
+# [book/00_overview.ipynb, cell 5eed0e02]
 from __future__ import annotations
 
 import os

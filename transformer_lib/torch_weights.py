@@ -1,10 +1,10 @@
 """Generated from book/07_encoder.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 53e6c87b201f8178
+# digest: a2a572fd9e64cf2b
 # fmt: off
 
-# [book/07_encoder.ipynb, cell 21]
+# [book/07_encoder.ipynb, cell e85fcdef]
 from __future__ import annotations
 
 import inspect
@@ -70,7 +70,7 @@ def expect_torch(reference: object, cls: type[_T]) -> _T:
     return reference
 
 
-# [book/07_encoder.ipynb, cell 23]
+# [book/07_encoder.ipynb, cell bcf544ef]
 def check_same(what: str, reference: object, ours: object) -> None:
     """A ValueError naming ``what`` unless PyTorch's setting equals ours."""
     if reference != ours:
@@ -129,7 +129,7 @@ def check_torch_stack(stack: LayerStack, reference: _TorchStack) -> None:
         check_norm(stack.norm, reference.norm)
 
 
-# [book/07_encoder.ipynb, cell 25]
+# [book/07_encoder.ipynb, cell 810657d0]
 @torch.no_grad()
 def copy_attention(ours: MultiHeadAttention, reference: nn.MultiheadAttention) -> None:
     """Copy the projections of ``nn.MultiheadAttention`` (``in_proj``, ``out_proj``)."""

@@ -1,10 +1,10 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: c228aced3389418e
+# digest: b7a2cf85cbd75626
 # fmt: off
 
-# [book/12_translation.ipynb, cell 23]
+# [book/12_translation.ipynb, cell 4aa929ed]
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from transformer_lib.checks import check_int
-from transformer_lib.corpus import atomic_write
+from transformer_lib.translation.corpus import atomic_write
 
 PAD_ID = 0   #: id of ``<pad>``, the padding token
 BOS_ID = 1   #: id of ``<s>``, the token that starts every decoder input
@@ -70,7 +70,7 @@ class BPETokenizer:
     def vocab_size(self) -> int:
         return self.tokenizer.get_vocab_size()
 
-    # [book/12_translation.ipynb, cell 25]
+    # [book/12_translation.ipynb, cell d7dd7a59]
     def encode(self, text: str, add_bos: bool = False,
                add_eos: bool = False) -> list[int]:
         """``text`` -> token ids, optionally framed by bos and eos."""
@@ -123,10 +123,10 @@ class BPETokenizer:
         """
         return [self.tokenizer.decode([i]) for i in self.encode(text)]
 
-    # [book/12_translation.ipynb, cell 27]
+    # [book/12_translation.ipynb, cell 7bb60065]
     def save(self, path) -> Path:
         """Write the tokenizer to ``path``, one JSON file of ``tokenizers``, atomically
-        (:func:`~transformer_lib.corpus.atomic_write`)."""
+        (:func:`~transformer_lib.translation.corpus.atomic_write`)."""
         return atomic_write(path, self.to_json())
 
     def to_json(self) -> str:
@@ -163,7 +163,7 @@ def _byte_of_char() -> dict[str, int]:
 BYTE_OF_CHAR = _byte_of_char()
 
 
-# [book/12_translation.ipynb, cell 31]
+# [book/12_translation.ipynb, cell d7855214]
 def encode_pairs(pairs: Iterable, tokenizer: BPETokenizer, max_len: int | None = None
                  ) -> tuple[list[tuple[list[int], list[int]]], int]:
     """``(source, target, ...)`` pairs -> (token-id pairs without bos/eos, the number of

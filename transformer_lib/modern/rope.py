@@ -1,10 +1,10 @@
 """Generated from book/13_modern.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: e1d01c249b9ceddb
+# digest: 8817071492c08ea2
 # fmt: off
 
-# [book/13_modern.ipynb, cell 6]
+# [book/13_modern.ipynb, cell 59159325]
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -44,7 +44,7 @@ def _check_positions(x: torch.Tensor, positions: torch.Tensor) -> None:
                          f"L = {x.size(-2)} (and B = x.size(0)), got {got}")
 
 
-# [book/13_modern.ipynb, cell 8]
+# [book/13_modern.ipynb, cell 65c243e8]
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
            layout: str = "interleaved") -> torch.Tensor:
     """Rotate the coordinate pairs of x (..., L, d) by the angles whose cos and sin
@@ -86,7 +86,7 @@ def apply_rotary(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0
     return rotate(x, angles.cos(), angles.sin(), layout)
 
 
-# [book/13_modern.ipynb, cell 14]
+# [book/13_modern.ipynb, cell 1fdcacf1]
 class RotaryEmbedding(nn.Module):
     """RoPE as a module that keeps its cos/sin tables: ``rope(x, positions)`` equals
     ``apply_rotary(x, positions, base, layout)``. The tables cover positions below

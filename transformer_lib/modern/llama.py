@@ -1,10 +1,10 @@
 """Generated from book/13_modern.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 6e6cd4b1cadadd2f
+# digest: ffc51352e9fbbedf
 # fmt: off
 
-# [book/13_modern.ipynb, cell 38]
+# [book/13_modern.ipynb, cell 04068865]
 from __future__ import annotations
 
 from typing import cast
@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from transformer_lib.checks import check_int
-from transformer_lib.decoder_only import DecoderOnlyBlock, DecoderOnlyLM
+from transformer_lib.modern.decoder_only import DecoderOnlyBlock, DecoderOnlyLM
 
 
 def half_to_interleaved(head_dim: int) -> torch.Tensor:

@@ -1,20 +1,20 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 35f01a9fad980cb9
+# digest: 6896b2cd1ba72e4f
 # fmt: off
 
-# [book/appendix_cli.ipynb, cell 8]
+# [book/appendix_cli.ipynb, cell c1ea5234]
 from __future__ import annotations
 
 import argparse
 
 from transformer_lib.checks import check_float, check_int, check_probability
-from transformer_lib.translate import PRECISIONS
-from transformer_lib.cli_run import MIN_VOCAB, MODEL_DEFAULTS, Interrupted
-from transformer_lib.cli_run import UsageError, log_line
-from transformer_lib.cli_train import run_train
-from transformer_lib.cli_translate import run_translate
+from transformer_lib.translation.translate import PRECISIONS
+from transformer_lib.cli.common import MIN_VOCAB, MODEL_DEFAULTS, Interrupted
+from transformer_lib.cli.common import UsageError, log_line
+from transformer_lib.cli.train import run_train
+from transformer_lib.cli.translate import run_translate
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -64,7 +64,7 @@ _rate = _number(float, check_probability, one=False)               # a float in 
 _mass = _number(float, check_probability, zero=False)              # a float in (0, 1]
 
 
-# [book/appendix_cli.ipynb, cell 10]
+# [book/appendix_cli.ipynb, cell e03777c1]
 def _add_train_parser(sub) -> None:
     t = sub.add_parser(
         "train", formatter_class=_HelpFormatter, help="train a model on a corpus",
@@ -126,7 +126,7 @@ def _add_train_parser(sub) -> None:
     t.set_defaults(func=run_train)
 
 
-# [book/appendix_cli.ipynb, cell 12]
+# [book/appendix_cli.ipynb, cell 65c7ea3c]
 def _add_translate_parser(sub) -> None:
     r = sub.add_parser(
         "translate", formatter_class=_HelpFormatter, help="translate with a model",
@@ -192,7 +192,7 @@ def build_parser(prog: str = "transformer-lib") -> argparse.ArgumentParser:
     return parser
 
 
-# [book/appendix_cli.ipynb, cell 34]
+# [book/appendix_cli.ipynb, cell cli-main]
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """The entry point of ``python -m transformer_lib`` and of the ``transformer-lib``
     console script. Returns the exit status: 0; 2 for a bad option or options that do

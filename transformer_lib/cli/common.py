@@ -1,10 +1,10 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: e80116c82ce7b8c7
+# digest: 68be8170e907dd36
 # fmt: off
 
-# [book/appendix_cli.ipynb, cell 6]
+# [book/appendix_cli.ipynb, cell 8f7e9b6c]
 from __future__ import annotations
 
 import sys
@@ -38,7 +38,7 @@ class Interrupted(Exception):
         self.status = status
 
 
-# [book/appendix_cli.ipynb, cell 14]
+# [book/appendix_cli.ipynb, cell da3244be]
 def device_option(name: str) -> torch.device:
     try:
         return resolve_device(name)
@@ -77,7 +77,7 @@ def bucket_loader(encoded, batch_tokens: int, seed: int, shuffle: bool = True):
                                        collate_fn=PadCollate())
 
 
-# [book/appendix_cli.ipynb, cell 22]
+# [book/appendix_cli.ipynb, cell 846b4c4f]
 class Progress:
     """The loss function, wrapped to report the run on stderr: the first update prints
     ``header``; then the mean loss is read back at that first update and every

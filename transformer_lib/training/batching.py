@@ -1,10 +1,10 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: c372640022b199b8
+# digest: e570c6d4bc40e07c
 # fmt: off
 
-# [book/10_training.ipynb, cell 7]
+# [book/10_training.ipynb, cell 26558dae]
 from __future__ import annotations
 
 import random
@@ -16,7 +16,7 @@ import torch
 from transformer_lib.checks import check_int
 
 
-# [book/10_training.ipynb, cell 17]
+# [book/10_training.ipynb, cell ef9fbb0b]
 def shift_right(tgt: torch.Tensor, bos_id: int) -> torch.Tensor:
     """The decoder's input under teacher forcing: ``bos_id`` in front, the last column
     dropped.
@@ -34,7 +34,7 @@ def shift_right(tgt: torch.Tensor, bos_id: int) -> torch.Tensor:
     return torch.cat([bos, tgt[:, :-1]], dim=1)  # (B, T)
 
 
-# [book/10_training.ipynb, cell 41]
+# [book/10_training.ipynb, cell e819eb65]
 def _as_ids(seq: Sequence[int] | torch.Tensor, name: str) -> torch.Tensor:
     t = torch.as_tensor(seq)
     if t.dim() != 1 or t.numel() == 0:
@@ -71,7 +71,7 @@ class PairDataset(torch.utils.data.Dataset):
         return self.pairs[i]
 
 
-# [book/10_training.ipynb, cell 43]
+# [book/10_training.ipynb, cell 8e3288f3]
 class Batch(NamedTuple):
     """A padded batch: ``src`` (B, S); ``tgt_in`` (B, T) = [bos y1 .. yn];
     ``tgt_out`` (B, T) = [y1 .. yn eos]."""
@@ -122,7 +122,7 @@ class PadCollate:
         return Batch(src, tgt_in, tgt_out)
 
 
-# [book/10_training.ipynb, cell 45]
+# [book/10_training.ipynb, cell 5344fb7c]
 class TokenBucketSampler(torch.utils.data.Sampler):
     """A batch sampler (``DataLoader(dataset, batch_sampler=...)``) that groups examples
     of similar length so that each batch holds at most ``max_tokens`` padded positions:
@@ -174,7 +174,7 @@ class TokenBucketSampler(torch.utils.data.Sampler):
     def set_epoch(self, epoch: int) -> None:
         self.epoch = check_int(epoch, "epoch", minimum=0)
 
-    # [book/10_training.ipynb, cell 47]
+    # [book/10_training.ipynb, cell 3f2b0754]
     def _all_batches(self) -> list[list[int]]:
         """The batches of every rank for this epoch, in order."""
         if self._cache is not None and self._cache[0] == self.epoch:
@@ -230,7 +230,7 @@ class TokenBucketSampler(torch.utils.data.Sampler):
         return len(self._my_batches())
 
 
-# [book/10_training.ipynb, cell 48]
+# [book/10_training.ipynb, cell 8df6f1ef]
 def padding_fraction(loader: Iterable[Batch], pad_id: int = 0) -> float:
     """The share of pad positions in the source and target tensors of all the batches of
     ``loader``."""
@@ -242,7 +242,7 @@ def padding_fraction(loader: Iterable[Batch], pad_id: int = 0) -> float:
     return pads / max(total, 1)
 
 
-# [book/10_training.ipynb, cell 52]
+# [book/10_training.ipynb, cell e0ba92cb]
 def toy_task(kind: str, n: int, vocab_size: int = 13, min_len: int = 3,
              max_len: int = 8, seed: int = 0,
              first_id: int = 3) -> list[tuple[list[int], list[int]]]:

@@ -1,10 +1,10 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 0041bb1ff84b945a
+# digest: d4b71108f508912a
 # fmt: off
 
-# [book/10_training.ipynb, cell 8]
+# [book/10_training.ipynb, cell 6b854d9b]
 from __future__ import annotations
 
 import math
@@ -16,7 +16,7 @@ from torch import nn
 from transformer_lib.checks import check_float, check_int, check_token_ids
 
 
-# [book/10_training.ipynb, cell 22]
+# [book/10_training.ipynb, cell 01768ec2]
 class LabelSmoothingLoss(nn.Module):
     """Cross-entropy against a smoothed target: the true token gets ``1 - smoothing``,
     every other token except ``pad_id`` (and ``bos_id``, if given) gets an equal share
@@ -63,7 +63,7 @@ class LabelSmoothingLoss(nn.Module):
         return -(1 - s) * math.log(1 - s) - (
             s * (math.log(s) - math.log(k)) if s > 0 else 0.0)
 
-    # [book/10_training.ipynb, cell 24]
+    # [book/10_training.ipynb, cell 195829bb]
     def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         if (not isinstance(logits, torch.Tensor) or not logits.dtype.is_floating_point
                 or logits.dim() < 2):

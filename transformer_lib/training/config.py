@@ -1,10 +1,10 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 2b037097814f64b4
+# digest: 9ee3f9b5536795f2
 # fmt: off
 
-# [book/10_training.ipynb, cell 13]
+# [book/10_training.ipynb, cell 18265bcd]
 from __future__ import annotations
 
 import os
@@ -15,10 +15,10 @@ from typing import Any
 from torch import nn
 
 from transformer_lib.checks import check_float, check_int
-from transformer_lib.evaluation import amp_dtype
+from transformer_lib.training.evaluation import amp_dtype
 
 
-# [book/10_training.ipynb, cell 71]
+# [book/10_training.ipynb, cell b1d8d4cf]
 @dataclass
 class TrainHistory:
     """What :func:`train` measured. ``loss`` and ``lr`` are logged every ``log_every``

@@ -1,10 +1,10 @@
 """Generated from book/13_modern.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 5ec72c0af66bdbb1
+# digest: 9095e2bb3bbc7c6d
 # fmt: off
 
-# [book/13_modern.ipynb, cell 22]
+# [book/13_modern.ipynb, cell 96baa493]
 from __future__ import annotations
 
 import dataclasses
@@ -21,7 +21,7 @@ from transformer_lib.embedding import TokenEmbedding
 from transformer_lib.feed_forward import PositionwiseFeedForward, swiglu_width
 from transformer_lib.norm import SublayerConnection, make_norm
 from transformer_lib.positional import LearnedPositionalEncoding, PositionalEncoding
-from transformer_lib.rope import LAYOUTS, RotaryEmbedding
+from transformer_lib.modern.rope import LAYOUTS, RotaryEmbedding
 
 #: the ``positions`` choices of :class:`DecoderOnlyConfig`
 POSITIONS = ("rope", "sinusoidal", "learned", "none")
@@ -59,7 +59,7 @@ def _check_config(c: DecoderOnlyConfig) -> None:
                          f"vocab_size={c.vocab_size}, got {ids}")
 
 
-# [book/13_modern.ipynb, cell 24]
+# [book/13_modern.ipynb, cell 2aaa4ef9]
 @dataclass
 class DecoderOnlyConfig:
     """The settings of a :class:`DecoderOnlyLM`. Defaults: a Llama-style model (RoPE,
@@ -115,7 +115,7 @@ class DecoderOnlyConfig:
         return dataclasses.asdict(self)
 
 
-# [book/13_modern.ipynb, cell 26]
+# [book/13_modern.ipynb, cell 6372f49b]
 class DecoderOnlyBlock(nn.Module):
     """One Pre-Norm block: x + attn(norm(x)), then x + FFN(norm(x)); chapter 3's
     attention (with ``n_kv_heads``), chapter 5's FFN, chapter 6's sublayers.
@@ -142,7 +142,7 @@ class DecoderOnlyBlock(nn.Module):
         return self.sublayer2(x, self.feed_forward)                 # (B, L, d)
 
 
-# [book/13_modern.ipynb, cell 28]
+# [book/13_modern.ipynb, cell 21f666f4]
 def lm_positions(real: torch.Tensor) -> torch.Tensor:
     """Positions of a padded batch: real (B, L) True at real tokens -> (B, L), each real
     token's index among its row's real tokens (a pad repeats the last one; it is
@@ -197,7 +197,7 @@ class DecoderOnlyLM(nn.Module):
         """Chapter 8's cache, one "self" dict per block."""
         return KVCache(len(self.blocks))
 
-    # [book/13_modern.ipynb, cell 30]
+    # [book/13_modern.ipynb, cell 020c611d]
     def _add_positions(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         if self.position is None:
             return x
@@ -253,7 +253,7 @@ class DecoderOnlyLM(nn.Module):
         return self.lm(torch.cat([src, tgt_in], dim=1), first=S,
                        prefix=S if self.config.prefix_lm else 0)
 
-    # [book/13_modern.ipynb, cell 34]
+    # [book/13_modern.ipynb, cell 454a3d92]
     def stepper(self, prompt: torch.Tensor,
                 use_cache: bool = True) -> PromptStepper:
         """What chapter 11's ``make_stepper`` calls: greedy_decode, beam_search and
@@ -261,7 +261,7 @@ class DecoderOnlyLM(nn.Module):
         return PromptStepper(self, prompt, use_cache)
 
 
-# [book/13_modern.ipynb, cell 32]
+# [book/13_modern.ipynb, cell f58b3a19]
 class PromptStepper:
     """Chapter 11's stepper protocol for a :class:`DecoderOnlyLM`: continue the prompts
     (B, P) (padded anywhere, usually at the end). ``step(ys)``: ys (N, t) bos first ->

@@ -2,10 +2,10 @@
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: bf92cf2351278da0
+# digest: dc31d3b5e7673f63
 # fmt: off
 
-# [book/10_training.ipynb, cell 15]
+# [book/10_training.ipynb, cell 4bdf88f1]
 from __future__ import annotations
 
 import contextlib
@@ -21,24 +21,24 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from transformer_lib.batching import Batch
-from transformer_lib.checkpoint import NonFiniteError, RunPosition, epoch_batches
-from transformer_lib.checkpoint import capture_rng_state, restore_rng_state
-from transformer_lib.checkpoint import unwrap_model
-from transformer_lib.evaluation import amp_dtype, evaluate
-from transformer_lib.loss import LabelSmoothingLoss
-from transformer_lib.distributed import is_distributed, rank, world_size
-from transformer_lib.train_config import TrainConfig, TrainHistory
+from transformer_lib.training.batching import Batch
+from transformer_lib.training.checkpoint import NonFiniteError, RunPosition, epoch_batches
+from transformer_lib.training.checkpoint import capture_rng_state, restore_rng_state
+from transformer_lib.training.checkpoint import unwrap_model
+from transformer_lib.training.evaluation import amp_dtype, evaluate
+from transformer_lib.training.loss import LabelSmoothingLoss
+from transformer_lib.training.distributed import is_distributed, rank, world_size
+from transformer_lib.training.config import TrainConfig, TrainHistory
 
 
-# [book/appendix_training_run.ipynb, cell 27]
-from transformer_lib.checkpoint import CheckpointError, load_checkpoint
-from transformer_lib.checkpoint import save_checkpoint
-from transformer_lib.distributed import gather_objects
-from transformer_lib.interrupts import Interrupts
+# [book/appendix_training_run.ipynb, cell 1b1bfd1d]
+from transformer_lib.training.checkpoint import CheckpointError, load_checkpoint
+from transformer_lib.training.checkpoint import save_checkpoint
+from transformer_lib.training.distributed import gather_objects
+from transformer_lib.training.interrupts import Interrupts
 
 
-# [book/10_training.ipynb, cell 59]
+# [book/10_training.ipynb, cell db12398f]
 def train(model: nn.Module, train_loader: Iterable, optimizer: torch.optim.Optimizer,
           scheduler: Any = None, loss_fn: Callable | None = None, *,
           steps: int | None = None, val_loader: Iterable | None = None,
@@ -86,7 +86,7 @@ def train(model: nn.Module, train_loader: Iterable, optimizer: torch.optim.Optim
     return history
 
 
-# [book/10_training.ipynb, cell 73]
+# [book/10_training.ipynb, cell 13cc1439]
 @dataclass
 class _Run:
     """The objects of one run of :func:`train`, handed to its pieces."""
@@ -121,7 +121,7 @@ class _Run:
                    pad)
 
 
-# [book/10_training.ipynb, cell 75]
+# [book/10_training.ipynb, cell e2eb7979]
 def accumulate_gradients(model: nn.Module, batches: Sequence[Batch], loss_fn: Callable,
                          pad_id: int | None = 0, amp: str | None = None,
                          scaler: torch.amp.GradScaler | None = None) -> torch.Tensor:
@@ -182,7 +182,7 @@ def _update(run: _Run, batches: list[Batch]) -> tuple[torch.Tensor, float]:
     return loss, lr
 
 
-# [book/10_training.ipynb, cell 78]
+# [book/10_training.ipynb, cell 51caf1f3]
 class _LossLog:
     """The training loss summed on the device over a logging interval; :meth:`write`
     reads it back (the interval's one host-device synchronisation) and records it."""
@@ -215,7 +215,7 @@ class _LossLog:
             bar.set_postfix(loss=f"{mean:.4f}", lr=f"{lr:.3g}", refresh=False)
 
 
-# [book/10_training.ipynb, cell 80]
+# [book/10_training.ipynb, cell edb236d5]
 def _validate(run: _Run, step: int, history: TrainHistory, bar: Any) -> bool:
     """Validate after update ``step`` into ``history``; True if ``stop_fn`` says
     stop."""
@@ -238,7 +238,7 @@ def _validate(run: _Run, step: int, history: TrainHistory, bar: Any) -> bool:
     return bool(cfg.stop_fn is not None and cfg.stop_fn(record))
 
 
-# [book/10_training.ipynb, cell 82]
+# [book/10_training.ipynb, cell d3c31d48]
 def _loop(run: _Run, loader: Iterable, pos: RunPosition, history: TrainHistory,
           losses: _LossLog, bar: Any, keeper: _Keeper) -> bool:
     """Updates from ``pos`` (moved along in place) to ``steps``; True if stopped by
@@ -281,7 +281,7 @@ def _groups(batches: Iterable, k: int) -> Iterator[list]:
         yield group
 
 
-# [book/10_training.ipynb, cell 84]
+# [book/10_training.ipynb, cell 09b65e47]
 class _Keeper:
     """What keeps a run of :func:`train` across interruptions. This one keeps nothing:
     the run starts at step 0, writes no checkpoint and leaves Ctrl-C alone. The
@@ -320,7 +320,7 @@ class _Keeper:
 _KEEPER: type[_Keeper] = _Keeper     # the appendix sets its own
 
 
-# [book/10_training.ipynb, cell 86]
+# [book/10_training.ipynb, cell 0fedf3eb]
 def _settings(config: TrainConfig | None, steps: int | None,
               **keywords: Any) -> TrainConfig:
     if config is None:
@@ -357,7 +357,7 @@ def _progress(cfg: TrainConfig, start: int) -> Iterator[Any]:
             bar.close()
 
 
-# [book/appendix_training_run.ipynb, cell 28]
+# [book/appendix_training_run.ipynb, cell e70db9bd]
 class _FileKeeper(_Keeper):
     """The keeper of a run with ``checkpoint_path`` or ``resume_from``: it resumes,
     writes checkpoints (at the start, every ``checkpoint_every`` steps, at the end, and
@@ -389,7 +389,7 @@ class _FileKeeper(_Keeper):
     def deliver(self) -> None:
         self.interrupts.deliver()                     # the signal goes on
 
-    # [book/appendix_training_run.ipynb, cell 30]
+    # [book/appendix_training_run.ipynb, cell 2822ea7a]
     @contextlib.contextmanager
     def guard(self, pos: RunPosition, losses: _LossLog) -> Iterator[None]:
         """Signals noted while the updates run; an interrupt between two updates saves
@@ -415,7 +415,7 @@ class _FileKeeper(_Keeper):
                 "written with finite weights and losses: resume from it (a lower "
                 "learning rate or a longer warm-up may avoid the blow-up)")
 
-    # [book/appendix_training_run.ipynb, cell 32]
+    # [book/appendix_training_run.ipynb, cell 6a86d045]
     def save(self, pos: RunPosition, losses: _LossLog, barrier: bool = True) -> None:
         """Checkpoint the run at ``pos`` to ``checkpoint_path``, if there is one, after
         checking the losses not yet logged (save_checkpoint checks the weights). It
@@ -438,7 +438,7 @@ class _FileKeeper(_Keeper):
         if barrier and is_distributed():
             torch.distributed.barrier()
 
-    # [book/appendix_training_run.ipynb, cell 34]
+    # [book/appendix_training_run.ipynb, cell 55eaff00]
     def resume(self) -> RunPosition:
         """The position in ``resume_from`` with every state loaded, or the start (no
         file). Everything is checked before anything is loaded."""
@@ -461,7 +461,7 @@ class _FileKeeper(_Keeper):
         return position
 
 
-# [book/appendix_training_run.ipynb, cell 35]
+# [book/appendix_training_run.ipynb, cell 7c4178a0]
 _KEEPER = _FileKeeper                # train keeps every run with this keeper
 
 

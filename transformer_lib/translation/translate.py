@@ -1,10 +1,10 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: e660ab4e72333ff8
+# digest: fab19133e45ff1b4
 # fmt: off
 
-# [book/12_translation.ipynb, cell 35]
+# [book/12_translation.ipynb, cell 4d681ebd]
 from __future__ import annotations
 
 import hashlib
@@ -21,13 +21,13 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
 
 from transformer_lib.checks import check_int, check_probability, resolve_device
-from transformer_lib.checkpoint import load_checkpoint
-from transformer_lib.beam import beam_search
-from transformer_lib.decoding import greedy_decode
-from transformer_lib.sampling import sample
+from transformer_lib.training.checkpoint import load_checkpoint
+from transformer_lib.decoding.beam import beam_search
+from transformer_lib.decoding.greedy import greedy_decode
+from transformer_lib.decoding.sampling import sample
 from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.tokenizer import BPETokenizer
-from transformer_lib.corpus import atomic_write
+from transformer_lib.translation.tokenizer import BPETokenizer
+from transformer_lib.translation.corpus import atomic_write
 
 #: the files of a model directory (section 12.7)
 CONFIG_FILE, TOKENIZER_FILE = "config.json", "tokenizer.json"
@@ -40,13 +40,13 @@ PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 TOKENIZER_KIND_FILE = "tokenizer_kind.json"
 #: the kinds a record may name -> "module:class", a class with ``load(path)``; imported
 #: only when a directory names it (the Marian adapter needs ``transformers``)
-TOKENIZER_KINDS = {"bpe": "transformer_lib.tokenizer:BPETokenizer",
+TOKENIZER_KINDS = {"bpe": "transformer_lib.translation.tokenizer:BPETokenizer",
                    "marian": "transformer_lib.marian:MarianTokenizerAdapter"}
 
 
 class TextTokenizer(Protocol):
     """What translation needs of a tokenizer: a
-    :class:`~transformer_lib.tokenizer.BPETokenizer` has it, and so does
+    :class:`~transformer_lib.translation.tokenizer.BPETokenizer` has it, and so does
     :class:`~transformer_lib.marian.MarianTokenizerAdapter` (duck typing). ``encode``
     gives a source's ids as the model reads them; ``decode`` takes an output row (start
     token first, padding after eos)."""
@@ -59,7 +59,7 @@ class TextTokenizer(Protocol):
     def decode(self, ids) -> str: ...
 
 
-# [book/12_translation.ipynb, cell 36]
+# [book/12_translation.ipynb, cell 079b917a]
 @torch.no_grad()
 def translate_lines(model: Transformer, tokenizer: TextTokenizer, lines: Iterable[str],
                     *, beam: int = 1, length_penalty: float = 0.6,
@@ -73,7 +73,7 @@ def translate_lines(model: Transformer, tokenizer: TextTokenizer, lines: Iterabl
     gives ''.
 
     Lines are sorted by length and decoded ``batch_size`` at a time (``beam`` > 1: beam
-    search; ``sampling``: :func:`~transformer_lib.sampling.sample`; else greedy).
+    search; ``sampling``: :func:`~transformer_lib.decoding.sampling.sample`; else greedy).
     ``max_len``: the most target tokens (default: 2 × source + 10 for each sentence, at
     most the model's ``max_len``). ``precision``: ``"bf16"`` or ``"fp16"`` decode under
     autocast. A source longer than the model's ``max_len`` tokens: ``on_too_long=
@@ -129,7 +129,7 @@ def translate_lines(model: Transformer, tokenizer: TextTokenizer, lines: Iterabl
     return out
 
 
-# [book/12_translation.ipynb, cell 38]
+# [book/12_translation.ipynb, cell 9b90b027]
 class LineTooLongWarning(UserWarning):
     """A line longer than the model's ``max_len`` was cut (``on_too_long="warn"``)."""
 
@@ -146,7 +146,7 @@ def _too_long(on_too_long, number: int, n_tokens: int, max_len: int) -> None:
         on_too_long(number, n_tokens)
 
 
-# [book/12_translation.ipynb, cell 40]
+# [book/12_translation.ipynb, cell b8dce5d6]
 def corpus_bleu(hypotheses: Sequence[str],
                 references: Sequence[str]) -> tuple[float, str]:
     """BLEU of ``hypotheses`` against one reference each, computed by sacrebleu with its
@@ -172,7 +172,7 @@ def _bleu_metric(hypotheses: Sequence[str], references: Sequence[str]
     return sacrebleu.metrics.BLEU(), hypotheses, references
 
 
-# [book/12_translation.ipynb, cell 45]
+# [book/12_translation.ipynb, cell ef18c50f]
 def bootstrap_ci(values, statistic: Callable[[np.ndarray], float] | None = None, *,
                  n_resamples: int = 1000, level: float = 0.95,
                  seed: int = 0) -> tuple[float, float, float]:
@@ -216,7 +216,7 @@ def bleu_ci(hypotheses: Sequence[str], references: Sequence[str], *,
     return bootstrap_ci(counts, score, n_resamples=n_resamples, level=level, seed=seed)
 
 
-# [book/12_translation.ipynb, cell 75]
+# [book/12_translation.ipynb, cell f4ab370e]
 class ModelDirError(ValueError):
     """A model directory that is missing, incomplete or damaged."""
 
@@ -268,7 +268,7 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-# [book/12_translation.ipynb, cell 78]
+# [book/12_translation.ipynb, cell translate-record-check]
 def _differences(file: Path, config: TransformerConfig, stored: dict,
                  where: str) -> None:
     """Raise :class:`ModelDirError` naming ``file`` and the first fields (all but
@@ -305,12 +305,12 @@ def _check_record(path: Path, config: TransformerConfig, weights: Path) -> None:
                             "differs)")
 
 
-# [book/12_translation.ipynb, cell 80]
+# [book/12_translation.ipynb, cell 8ab8e194]
 def load_tokenizer(path) -> TextTokenizer:
     """The tokenizer of the model directory ``path``: the kind that
     ``tokenizer_kind.json`` records (``{"kind": ..., "path": ...}``, the path relative
     to the directory), or, without that file, the
-    :class:`~transformer_lib.tokenizer.BPETokenizer` of
+    :class:`~transformer_lib.translation.tokenizer.BPETokenizer` of
     ``tokenizer.json``. A missing or damaged file raises :class:`ModelDirError`."""
     path = Path(path)
     record_file = path / TOKENIZER_KIND_FILE
@@ -340,7 +340,7 @@ def load_tokenizer(path) -> TextTokenizer:
         raise ModelDirError(f"{where}: {exc}") from None
 
 
-# [book/12_translation.ipynb, cell 81]
+# [book/12_translation.ipynb, cell d050da21]
 def load_config_and_tokenizer(path) -> tuple[TransformerConfig, TextTokenizer]:
     """Read ``config.json`` and the tokenizer (:func:`load_tokenizer`) of the model
     directory ``path`` and check that they agree; a missing or damaged file raises
@@ -390,7 +390,7 @@ def load_model_dir(path, device: str | torch.device | None = None
     return model.to(device).eval(), tokenizer
 
 
-# [book/12_translation.ipynb, cell 83]
+# [book/12_translation.ipynb, cell 8b72a087]
 def load_resume_setup(path) -> tuple[TransformerConfig, BPETokenizer]:
     """The config and tokenizer to resume the run of the model directory ``path``:
     ``config.json`` and ``tokenizer.json`` checked against ``checkpoint.pt`` (the

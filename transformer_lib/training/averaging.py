@@ -2,10 +2,10 @@
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 33be46a29d877c4e
+# digest: be397afa580a0aaa
 # fmt: off
 
-# [book/10_training.ipynb, cell 14]
+# [book/10_training.ipynb, cell 6dc35bdc]
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -13,17 +13,17 @@ from collections.abc import Mapping, Sequence
 import torch
 
 
-# [book/appendix_training_run.ipynb, cell 18]
+# [book/appendix_training_run.ipynb, cell 9df76606]
 import os
 from typing import Any
 
 from torch import nn
 
-from transformer_lib.checkpoint import CheckpointError, load_checkpoint
-from transformer_lib.checkpoint import unwrap_model
+from transformer_lib.training.checkpoint import CheckpointError, load_checkpoint
+from transformer_lib.training.checkpoint import unwrap_model
 
 
-# [book/10_training.ipynb, cell 88]
+# [book/10_training.ipynb, cell d66eb254]
 def average_state_dicts(
         state_dicts: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """The element-wise mean of several state dicts of one model: floating-point tensors
@@ -66,11 +66,11 @@ def average_state_dicts(
     return averaged
 
 
-# [book/appendix_training_run.ipynb, cell 19]
+# [book/appendix_training_run.ipynb, cell 2c7e53ca]
 def average_checkpoints(paths: Sequence[str | os.PathLike],
                         model: nn.Module | None = None) -> dict[str, torch.Tensor]:
     """The mean of the model weights of the checkpoints at ``paths`` (written by
-    :func:`~transformer_lib.checkpoint.save_checkpoint`), see
+    :func:`~transformer_lib.training.checkpoint.save_checkpoint`), see
     :func:`average_state_dicts`. With ``model``, the average is also loaded into it,
     after the checkpoint is checked to fit it (a :class:`CheckpointError` otherwise,
     before the model is changed). Returns the averaged state dict (on the CPU)."""

@@ -1,10 +1,10 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 38ce88aa2e6cf707
+# digest: 01fbf4f2563ac9e1
 # fmt: off
 
-# [book/10_training.ipynb, cell 9]
+# [book/10_training.ipynb, cell 11bd0057]
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
@@ -15,11 +15,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_lib.masks import padding_mask
-from transformer_lib.batching import Batch
-from transformer_lib.checkpoint import unwrap_model
+from transformer_lib.training.batching import Batch
+from transformer_lib.training.checkpoint import unwrap_model
 
 
-# [book/10_training.ipynb, cell 54]
+# [book/10_training.ipynb, cell 2685f278]
 def _seq2seq(model: nn.Module, greedy: bool) -> Any:
     """``model`` (or the model inside a DDP wrapper), checked for what exact_match uses:
     any class with these attributes works, not only chapter 9's ``Transformer``."""
@@ -56,7 +56,7 @@ def _greedy_no_cache(model: Any, src: torch.Tensor, steps: int) -> torch.Tensor:
     return ys[:, 1:]
 
 
-# [book/10_training.ipynb, cell 56]
+# [book/10_training.ipynb, cell ba93dd88]
 @torch.no_grad()
 def exact_match(model: nn.Module, loader: Iterable[Batch],
                 method: str = "greedy") -> float:
@@ -96,7 +96,7 @@ def exact_match(model: nn.Module, loader: Iterable[Batch],
     return int(right) / max(total, 1)
 
 
-# [book/10_training.ipynb, cell 65]
+# [book/10_training.ipynb, cell ca107e8d]
 _AMP = {None: None, "none": None, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
         "fp16": torch.float16, "float16": torch.float16}
 
@@ -110,7 +110,7 @@ def amp_dtype(amp: str | None) -> torch.dtype | None:
     return _AMP[amp]
 
 
-# [book/10_training.ipynb, cell 69]
+# [book/10_training.ipynb, cell 432ace5d]
 @torch.no_grad()
 def evaluate(model: nn.Module, loader: Iterable[Batch], loss_fn: Callable,
              amp: str | None = None) -> float:

@@ -1,10 +1,10 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 953b8b3358ce79f1
+# digest: c24676c1be4822ef
 # fmt: off
 
-# [book/appendix_cli.ipynb, cell 30]
+# [book/appendix_cli.ipynb, cell 5b80d677]
 from __future__ import annotations
 
 import sys
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
-from transformer_lib.translate import load_model_dir, translate_lines
-from transformer_lib.cli_run import UsageError, device_option, log_line
+from transformer_lib.translation.translate import load_model_dir, translate_lines
+from transformer_lib.cli.common import UsageError, device_option, log_line
 
 
 def _read_inputs(inputs) -> list[tuple[str, int, str]]:
@@ -67,7 +67,7 @@ def _sampling_options(args) -> dict:
             "top_p": given("top_p", 1.0), "seed": given("seed", 0)}
 
 
-# [book/appendix_cli.ipynb, cell 32]
+# [book/appendix_cli.ipynb, cell ddf2c589]
 def _too_long(lines, tokenizer, max_len: int, truncate: bool, say) -> None:
     """A line of more than the model's ``max_len`` tokens is an error naming it, or
     with ``--truncate`` a warning (``translate_lines`` keeps its first tokens)."""

@@ -2,10 +2,10 @@
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 7030f930da282ca2
+# digest: 48add666bedd2672
 # fmt: off
 
-# [book/10_training.ipynb, cell 10]
+# [book/10_training.ipynb, cell f719df39]
 from __future__ import annotations
 
 import random
@@ -18,13 +18,13 @@ import torch
 from torch import nn
 
 
-# [book/appendix_training_run.ipynb, cell 6]
+# [book/appendix_training_run.ipynb, cell 5dbda8a6]
 import os
 import pickle
 import re
 
 
-# [book/10_training.ipynb, cell 61]
+# [book/10_training.ipynb, cell 057c2b56]
 def unwrap_model(model: nn.Module) -> nn.Module:
     """The model inside a ``DistributedDataParallel`` (or ``DataParallel``) wrapper,
     else ``model`` itself: what a checkpoint stores, so that it loads with or without
@@ -62,7 +62,7 @@ def restore_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all([s.cpu() for s in cuda])
 
 
-# [book/10_training.ipynb, cell 63]
+# [book/10_training.ipynb, cell bd7c4c73]
 @dataclass
 class RunPosition:
     """Where a training run stands: ``step`` (updates made), ``epoch``, ``in_epoch``
@@ -76,7 +76,7 @@ class RunPosition:
     epoch_rng: dict[str, Any] | None = None
     resume_rng: dict[str, Any] | None = None
 
-    # [book/appendix_training_run.ipynb, cell 16]
+    # [book/appendix_training_run.ipynb, cell 2f269f38]
     @classmethod
     def from_checkpoint(cls, state: dict[str, Any], rank: int = 0,
                         world_size: int = 1) -> RunPosition:
@@ -127,13 +127,13 @@ def epoch_batches(loader: Iterable, position: RunPosition) -> Iterator:
     return batches
 
 
-# [book/10_training.ipynb, cell 77]
+# [book/10_training.ipynb, cell 587287c7]
 class NonFiniteError(FloatingPointError, ValueError):
     """Non-finite values (NaN or inf) where a run needs finite ones: in the weights or
     optimizer state about to be saved, or in the training loss."""
 
 
-# [book/appendix_training_run.ipynb, cell 8]
+# [book/appendix_training_run.ipynb, cell 2bc9efb5]
 class CheckpointError(ValueError):
     """A file that is not a usable checkpoint: empty, truncated, not written by
     :func:`save_checkpoint`, refused by the safe loader, or for another model. The
@@ -182,7 +182,7 @@ def remove_stale_temporaries(path: str) -> None:
             pass
 
 
-# [book/appendix_training_run.ipynb, cell 10]
+# [book/appendix_training_run.ipynb, cell b75942ff]
 def save_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: Any = None,
                     scheduler: Any = None, scaler: Any = None, step: int = 0,
                     **extra: Any) -> None:
@@ -229,7 +229,7 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: Any = 
 CHECKPOINT_FORMAT = "transformer_lib checkpoint 1"
 
 
-# [book/appendix_training_run.ipynb, cell 12]
+# [book/appendix_training_run.ipynb, cell 08f2ac95]
 def _read_checkpoint(path: str, map_location: Any) -> dict[str, Any]:
     """``torch.load(weights_only=True)`` of ``path``, with one clear error per way a
     file can fail to be a checkpoint of this library."""
@@ -298,7 +298,7 @@ def _check_fits(path: str, net: nn.Module, state: dict[str, Any]) -> None:
                                  if len(problems) > 4 else ""))
 
 
-# [book/appendix_training_run.ipynb, cell 14]
+# [book/appendix_training_run.ipynb, cell 9a444c32]
 def load_checkpoint(path: str | os.PathLike, model: nn.Module | None = None,
                     optimizer: Any = None, scheduler: Any = None, scaler: Any = None,
                     map_location: Any = "cpu",

@@ -1,10 +1,10 @@
 """Generated from book/11_decoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 655a5541060dcd92
+# digest: 266904bb25ebd5a6
 # fmt: off
 
-# [book/11_decoding.ipynb, cell 13]
+# [book/11_decoding.ipynb, cell 5814e656]
 from __future__ import annotations
 
 import contextlib
@@ -57,7 +57,7 @@ class DecodingStepper(Protocol):
     def reorder(self, index: torch.Tensor) -> None: ...
 
 
-# [book/11_decoding.ipynb, cell 15]
+# [book/11_decoding.ipynb, cell fd85899b]
 _CONFIG_FIELDS = ("src_vocab_size", "tgt_vocab_size", "max_len", "pad_id", "bos_id",
                   "eos_id")
 
@@ -112,7 +112,7 @@ def check_max_len(model: Seq2SeqModel, max_len: Any) -> int:
     return max_len
 
 
-# [book/11_decoding.ipynb, cell 17]
+# [book/11_decoding.ipynb, cell d985ab8c]
 @contextlib.contextmanager
 def decoding_mode(model: Seq2SeqModel) -> Iterator[None]:
     """Eval mode (no dropout) and no autograd while decoding: ``with
@@ -190,7 +190,7 @@ def start_decoding(model: Seq2SeqModel, src: torch.Tensor,
     return make_stepper(model, check_src(model, src), bool(use_cache))
 
 
-# [book/11_decoding.ipynb, cell 19]
+# [book/11_decoding.ipynb, cell c66b2792]
 def greedy_decode(model: Seq2SeqModel, src: torch.Tensor, max_len: int,
                   use_cache: bool = True) -> torch.Tensor:
     """Greedy decoding of a batch: each sentence takes its most probable next token.
@@ -210,7 +210,7 @@ def decode_with(model: Seq2SeqModel, src: torch.Tensor, max_len: int,
                 choose: Callable[[torch.Tensor], torch.Tensor],
                 use_cache: bool = True) -> torch.Tensor:
     """The loop every one-hypothesis decoder shares (:func:`greedy_decode`, and
-    :func:`~transformer_lib.sampling.sample`): at each step ``choose`` turns the
+    :func:`~transformer_lib.decoding.sampling.sample`): at each step ``choose`` turns the
     next-token logits (B, V) into the next tokens (B,). Checks model, src and max_len;
     the output is laid out as greedy_decode's. One value per step is read back from the
     device: whether every sentence has finished."""
@@ -235,15 +235,15 @@ def decode_with(model: Seq2SeqModel, src: torch.Tensor, max_len: int,
     return ys
 
 
-# [book/11_decoding.ipynb, cell 28]
+# [book/11_decoding.ipynb, cell 7e01d7c6]
 def token_scores(model: Seq2SeqModel, src: torch.Tensor,
                  ids: torch.Tensor) -> torch.Tensor:
     """The log-probability the model gives each generated token of a decode, in one
     teacher-forced pass (Hugging Face's ``compute_transition_scores``, for any output).
 
     src (B, S) and ids (B, T), T >= 2, laid out as the decoders return them
-    (:func:`greedy_decode`, :func:`~transformer_lib.beam.beam_search`,
-    :func:`~transformer_lib.sampling.sample`: bos first, pad after a sentence's eos)
+    (:func:`greedy_decode`, :func:`~transformer_lib.decoding.beam.beam_search`,
+    :func:`~transformer_lib.decoding.sampling.sample`: bos first, pad after a sentence's eos)
     -> scores (B, T-1), float32: ``scores[b, j] = log p(ids[b, j+1] | ids[b, :j+1],
     src[b])`` under the distribution the decoders choose from (pad and bos excluded,
     so such a token scores -inf). The positions after a row's first eos are padding

@@ -2,23 +2,23 @@
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 463b385d197b14af
+# digest: 67ce5a56c9617b39
 # fmt: off
 
-# [book/10_training.ipynb, cell 12]
+# [book/10_training.ipynb, cell 94c0227a]
 from __future__ import annotations
 
 import torch
 
 
-# [book/appendix_training_run.ipynb, cell 24]
+# [book/appendix_training_run.ipynb, cell c944cff5]
 import os
 from typing import Any
 
 from transformer_lib.checks import default_device
 
 
-# [book/10_training.ipynb, cell 67]
+# [book/10_training.ipynb, cell 0d4c1947]
 def is_distributed() -> bool:
     """Whether this process belongs to a running process group (under ``torchrun``,
     after :func:`setup_distributed`)."""
@@ -35,7 +35,7 @@ def world_size() -> int:
     return torch.distributed.get_world_size() if is_distributed() else 1
 
 
-# [book/appendix_training_run.ipynb, cell 25]
+# [book/appendix_training_run.ipynb, cell 4306c6a6]
 def setup_distributed(backend: str | None = None) -> tuple[int, int, torch.device]:
     """Join the process group that ``torchrun`` describes in the environment (RANK,
     WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) and return (rank, world_size,

@@ -1,10 +1,10 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: d0f25abd88ba30cc
+# digest: c3b5e07b595ee1e1
 # fmt: off
 
-# [book/12_translation.ipynb, cell 6]
+# [book/12_translation.ipynb, cell 3190b244]
 from __future__ import annotations
 
 import datetime
@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 from transformer_lib.checks import check_int, check_probability
-from transformer_lib.checkpoint import remove_stale_temporaries
+from transformer_lib.training.checkpoint import remove_stale_temporaries
 
 
 def _optional(module: str, extra: str) -> ModuleType:
@@ -54,7 +54,7 @@ def atomic_write(path, data: str | bytes | Callable[[str], object]) -> Path:
     return path
 
 
-# [book/12_translation.ipynb, cell 7]
+# [book/12_translation.ipynb, cell 46d45de5]
 class Pair(NamedTuple):
     """One sentence pair of the generated corpus: source, English target, source
     language, kind."""
@@ -97,7 +97,7 @@ def date_pair(date: datetime.date, lang: str) -> Pair:
     return Pair(src, format_date(date, format="long", locale="en_US"), lang, "date")
 
 
-# [book/12_translation.ipynb, cell 9]
+# [book/12_translation.ipynb, cell 187893b3]
 def generate_pairs(n: int, seed: int = 0,
                    number_languages: Sequence[str] = NUMBER_LANGUAGES,
                    date_languages: Sequence[str] = DATE_LANGUAGES,
@@ -141,7 +141,7 @@ def generate_pairs(n: int, seed: int = 0,
     return pairs
 
 
-# [book/12_translation.ipynb, cell 13]
+# [book/12_translation.ipynb, cell 4fce0ab9]
 def split_pairs(pairs: Sequence, valid: float | int = 0.1, test: float | int = 0.1,
                 seed: int = 0) -> tuple[list, list, list]:
     """Shuffle ``pairs`` (by ``seed``) into (train, valid, test) that share no source
@@ -174,7 +174,7 @@ def split_pairs(pairs: Sequence, valid: float | int = 0.1, test: float | int = 0
     return split[0], split[1], split[2]
 
 
-# [book/12_translation.ipynb, cell 18]
+# [book/12_translation.ipynb, cell b449e2d6]
 class CorpusError(ValueError):
     """A malformed parallel corpus; the message starts with ``file:line:``."""
 
@@ -232,7 +232,7 @@ def read_tsv(path) -> Pairs:
     return pairs
 
 
-# [book/12_translation.ipynb, cell 20]
+# [book/12_translation.ipynb, cell e1a014d3]
 def read_aligned(src_path, tgt_path) -> Pairs:
     """Read two line-aligned files (line i of one translates line i of the other); a
     count mismatch or an empty line raises :class:`CorpusError` naming the file and

@@ -1,10 +1,10 @@
 """Generated from book/11_decoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: c9112f13e889d8f7
+# digest: 91bbcaac967988b9
 # fmt: off
 
-# [book/11_decoding.ipynb, cell 35]
+# [book/11_decoding.ipynb, cell 93fe1f50]
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 
 from transformer_lib.checks import check_float, check_int
-from transformer_lib.decoding import DecodingConfig, Seq2SeqModel, make_stepper
-from transformer_lib.decoding import check_max_len, check_model, check_src
-from transformer_lib.decoding import decoding_mode
+from transformer_lib.decoding.greedy import DecodingConfig, Seq2SeqModel, make_stepper
+from transformer_lib.decoding.greedy import check_max_len, check_model, check_src
+from transformer_lib.decoding.greedy import decoding_mode
 
 _LENGTH_NORMS = ("gnmt", "power")
 
@@ -36,7 +36,7 @@ def length_penalty_factor(length: int | torch.Tensor, alpha: float, norm: str = 
     raise ValueError(f"length_norm must be one of {_LENGTH_NORMS}, got {norm!r}")
 
 
-# [book/11_decoding.ipynb, cell 37]
+# [book/11_decoding.ipynb, cell 6c7932a2]
 class _Beams:
     """A beam search's state: ys (B·n, t) live prefixes (n = 1 at first, then k),
     live_logp (B, n) their log-probabilities; fin_ids (B, k, T), fin_scores (B, k) each
@@ -68,7 +68,7 @@ class _Beams:
         index = index[..., None].expand(-1, -1, T)                         # (B, k, T)
         self.fin_ids = torch.cat([self.fin_ids, ids], dim=1).gather(1, index)
 
-    # [book/11_decoding.ipynb, cell 39]
+    # [book/11_decoding.ipynb, cell f60ce3ad]
     def advance(self, logits: torch.Tensor, t: int) -> torch.Tensor:
         """One step: logits (B·n, V) of the live beams' next tokens -> the parent row
         of each new beam (B·k,); the prefixes grow to t + 1 tokens (t generated)."""
@@ -95,7 +95,7 @@ class _Beams:
         self.n = k
         return index
 
-    # [book/11_decoding.ipynb, cell 41]
+    # [book/11_decoding.ipynb, cell fbc21268]
     def stop(self, t: int, early_stopping: bool,
              out_of_room: torch.Tensor | None = None) -> bool:
         """Mark the sentences that are done after t generated tokens; True when all are.
@@ -131,7 +131,7 @@ class _Beams:
         return ids, scores
 
 
-# [book/11_decoding.ipynb, cell 43]
+# [book/11_decoding.ipynb, cell 598b5449]
 def beam_search(model: Seq2SeqModel, src: torch.Tensor, beam_size: int = 4,
                 max_len: int | None = None, length_penalty: float = 0.6,
                 use_cache: bool = True, *, length_norm: str = "gnmt",

@@ -1,10 +1,10 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 3cf212da83135e23
+# digest: 702319877861b6cc
 # fmt: off
 
-# [book/appendix_cli.ipynb, cell 17]
+# [book/appendix_cli.ipynb, cell cli-train-imports]
 from __future__ import annotations
 
 import hashlib
@@ -21,19 +21,19 @@ from tokenizers import Tokenizer
 
 from transformer_lib import (LabelSmoothingLoss, cleanup_distributed, noam_lambda,
                              train)
-from transformer_lib.corpus import read_parallel
+from transformer_lib.translation.corpus import read_parallel
 from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.tokenizer import BPETokenizer, encode_pairs
-from transformer_lib.translate import (CHECKPOINT_FILE, CONFIG_FILE, TOKENIZER_FILE,
+from transformer_lib.translation.tokenizer import BPETokenizer, encode_pairs
+from transformer_lib.translation.translate import (CHECKPOINT_FILE, CONFIG_FILE, TOKENIZER_FILE,
                                        TRAINING_FILE, WEIGHTS_FILE, ModelDirError,
                                        load_config_and_tokenizer,
                                        save_config_and_tokenizer, save_model_dir)
-from transformer_lib.cli_run import MODEL_DEFAULTS, Interrupted, UsageError
-from transformer_lib.cli_run import bucket_loader, log_line, start_processes
-from transformer_lib.cli_run import Progress
+from transformer_lib.cli.common import MODEL_DEFAULTS, Interrupted, UsageError
+from transformer_lib.cli.common import bucket_loader, log_line, start_processes
+from transformer_lib.cli.common import Progress
 
 
-# [book/appendix_cli.ipynb, cell 18]
+# [book/appendix_cli.ipynb, cell f2e925ab]
 MODEL_FILES = (CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, CHECKPOINT_FILE,
                TRAINING_FILE)
 
@@ -113,7 +113,7 @@ def _check_record(out: Path, args, corpus: str) -> None:
         args.warmup = saved.get("warmup")
 
 
-# [book/appendix_cli.ipynb, cell 20]
+# [book/appendix_cli.ipynb, cell 1e47d886]
 def _model_config(args, vocab: int) -> TransformerConfig:
     return TransformerConfig(
         vocab, vocab, d_model=args.d_model, n_heads=args.n_heads, d_ff=args.d_ff,
@@ -175,7 +175,7 @@ def _model_setup(args, pairs, rank: int, world: int
     return config, tokenizer
 
 
-# [book/appendix_cli.ipynb, cell 24]
+# [book/appendix_cli.ipynb, cell 7b6c9607]
 class _Terminated(KeyboardInterrupt):
     """SIGTERM, raised like Ctrl-C so that chapter 10's ``train`` saves the run."""
 
@@ -211,7 +211,7 @@ def run_train(args) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
-# [book/appendix_cli.ipynb, cell 26]
+# [book/appendix_cli.ipynb, cell f60c6734]
 def _encode(train_pairs, valid_pairs, tokenizer, max_len: int, say):
     """The encoded training and validation pairs; too long pairs are skipped with a
     warning, and a corpus with none left is an error."""
@@ -240,7 +240,7 @@ def _fit(*args, **kwargs):
                          "--lr-factor or a longer --warmup") from None
 
 
-# [book/appendix_cli.ipynb, cell 28]
+# [book/appendix_cli.ipynb, cell 6ee171a4]
 def _train(args, rank: int, world: int, device: torch.device,
            started: list) -> int:
     out, say = Path(args.out), log_line if rank == 0 else (lambda message: None)

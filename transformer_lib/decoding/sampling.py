@@ -1,10 +1,10 @@
 """Generated from book/11_decoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: b6bebdac8e670886
+# digest: 4f22393161e5cfac
 # fmt: off
 
-# [book/11_decoding.ipynb, cell 59]
+# [book/11_decoding.ipynb, cell 7ceb45cb]
 from __future__ import annotations
 
 from typing import Any
@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from transformer_lib.checks import check_float, check_int, check_probability
-from transformer_lib.decoding import Seq2SeqModel, decode_with
+from transformer_lib.decoding.greedy import Seq2SeqModel, decode_with
 
 
 # how far short of top_p a nucleus's mass may fall by float32 rounding alone
@@ -74,7 +74,7 @@ def _filtered(logits: torch.Tensor, temperature: float, top_k: int,
     return probs
 
 
-# [book/11_decoding.ipynb, cell 61]
+# [book/11_decoding.ipynb, cell c131d097]
 def sample(model: Seq2SeqModel, src: torch.Tensor, max_len: int,
            temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
            generator: torch.Generator | None = None,

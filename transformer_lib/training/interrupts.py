@@ -1,10 +1,10 @@
 """Generated from book/appendix_training_run.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 7d29968bd2248947
+# digest: 65ec0cfeaf71ed67
 # fmt: off
 
-# [book/appendix_training_run.ipynb, cell 21]
+# [book/appendix_training_run.ipynb, cell 16f7669f]
 from __future__ import annotations
 
 import signal
@@ -12,7 +12,7 @@ import threading
 from typing import Any
 
 
-# [book/appendix_training_run.ipynb, cell 22]
+# [book/appendix_training_run.ipynb, cell c859e501]
 class Interrupts:
     """A context manager that notes Ctrl-C (SIGINT) and SIGTERM instead of acting on
     them, while ``enabled`` and in the main thread (the one that receives signals).

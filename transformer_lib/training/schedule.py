@@ -1,10 +1,10 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 32ad28d95f9492db
+# digest: 6885b8f4c333b442
 # fmt: off
 
-# [book/10_training.ipynb, cell 11]
+# [book/10_training.ipynb, cell 63d0c339]
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from transformer_lib.checks import check_float, check_int
 
 
-# [book/10_training.ipynb, cell 33]
+# [book/10_training.ipynb, cell 21547958]
 def noam_lambda(d_model: int, warmup_steps: int,
                 factor: float = 1.0) -> Callable[[int], float]:
     """The paper's learning rate as a function of LambdaLR's step counter, for

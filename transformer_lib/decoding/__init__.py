@@ -1,0 +1,50 @@
+"""The package ``transformer_lib.decoding``: it re-exports its modules' public names.
+
+Generated from book/11_decoding.ipynb.
+Edit the notebooks, not this file; regenerate with ``python tools/export.py``."""
+# digest: f08d758efd646b9b
+# fmt: off
+
+from transformer_lib.decoding.greedy import (
+    DecodingConfig,
+    Seq2SeqModel,
+    DecodingStepper,
+    check_model,
+    check_src,
+    check_max_len,
+    decoding_mode,
+    Stepper,
+    make_stepper,
+    start_decoding,
+    greedy_decode,
+    decode_with,
+    token_scores,
+)
+from transformer_lib.decoding.beam import (
+    length_penalty_factor,
+    beam_search,
+)
+from transformer_lib.decoding.sampling import (
+    sampling_distribution,
+    sample,
+)
+
+__all__ = [
+    'DecodingConfig',
+    'Seq2SeqModel',
+    'DecodingStepper',
+    'check_model',
+    'check_src',
+    'check_max_len',
+    'decoding_mode',
+    'Stepper',
+    'make_stepper',
+    'start_decoding',
+    'greedy_decode',
+    'decode_with',
+    'token_scores',
+    'length_penalty_factor',
+    'beam_search',
+    'sampling_distribution',
+    'sample',
+]
