@@ -3,7 +3,7 @@
 Generated from book/10_training.ipynb.
 Generated from book/appendix_training_run.ipynb.
 Edit the notebooks, not this file; regenerate with ``python tools/export.py``."""
-# digest: 1b5d17d47001c9c2
+# digest: e751e9713cd514c2
 # fmt: off
 
 from transformer_lib.training.batching import (
@@ -40,6 +40,7 @@ from transformer_lib.training.checkpoint import (
 )
 from transformer_lib.training.schedule import (
     noam_lambda,
+    noam_optimizer,
 )
 from transformer_lib.training.distributed import (
     is_distributed,
@@ -91,6 +92,7 @@ __all__ = [
     'CHECKPOINT_FORMAT',
     'load_checkpoint',
     'noam_lambda',
+    'noam_optimizer',
     'is_distributed',
     'rank',
     'world_size',

@@ -1,13 +1,16 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 6885b8f4c333b442
+# digest: 4ca0ff0547b1b083
 # fmt: off
 
 # [book/10_training.ipynb, cell 63d0c339]
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+
+import torch
+from torch import nn
 
 from transformer_lib.checks import check_float, check_int
 
@@ -42,4 +45,31 @@ def noam_lambda(d_model: int, warmup_steps: int,
     return rate
 
 
-__all__ = ['noam_lambda']
+# [book/10_training.ipynb, cell dfbaa11a]
+def noam_optimizer(model: nn.Module | Iterable[nn.Parameter], d_model: int,
+                   warmup_steps: int, factor: float | None = None, *,
+                   peak_lr: float | None = None, betas: tuple[float, float] = (0.9, 0.98),
+                   eps: float = 1e-9
+                   ) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
+    """The paper's optimiser: ``torch.optim.Adam`` with ``betas=(0.9, 0.98)`` and
+    ``eps=1e-9`` over ``model``'s parameters (or the parameters given), and a
+    ``LambdaLR`` scheduler that follows :func:`noam_lambda`. Step the optimizer, then the
+    scheduler.
+
+    The rate is ``factor * d_model**-0.5 * min(n**-0.5, n * warmup_steps**-1.5)`` for
+    update ``n``; give either ``factor`` (default 1.0, the paper's) or ``peak_lr``, the
+    rate at the end of the warm-up (``factor = peak_lr * sqrt(d_model * warmup_steps)``).
+    Returns ``(optimizer, scheduler)``."""
+    if factor is not None and peak_lr is not None:
+        raise ValueError("give factor or peak_lr, not both")
+    if peak_lr is not None:
+        peak_lr = check_float(peak_lr, "peak_lr", 0.0, low_open=True)
+        factor = peak_lr * (check_int(d_model, "d_model")
+                            * check_int(warmup_steps, "warmup_steps")) ** 0.5
+    rate = noam_lambda(d_model, warmup_steps, 1.0 if factor is None else factor)
+    params = model.parameters() if isinstance(model, nn.Module) else model
+    optimizer = torch.optim.Adam(params, lr=1.0, betas=betas, eps=eps)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
+
+
+__all__ = ['noam_lambda', 'noam_optimizer']
