@@ -1,7 +1,7 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 4ca0ff0547b1b083
+# digest: 272a005e204d1f17
 # fmt: off
 
 # [book/10_training.ipynb, cell 63d0c339]
@@ -48,18 +48,18 @@ def noam_lambda(d_model: int, warmup_steps: int,
 # [book/10_training.ipynb, cell dfbaa11a]
 def noam_optimizer(model: nn.Module | Iterable[nn.Parameter], d_model: int,
                    warmup_steps: int, factor: float | None = None, *,
-                   peak_lr: float | None = None, betas: tuple[float, float] = (0.9, 0.98),
-                   eps: float = 1e-9
+                   peak_lr: float | None = None,
+                   betas: tuple[float, float] = (0.9, 0.98), eps: float = 1e-9
                    ) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
     """The paper's optimiser: ``torch.optim.Adam`` with ``betas=(0.9, 0.98)`` and
     ``eps=1e-9`` over ``model``'s parameters (or the parameters given), and a
-    ``LambdaLR`` scheduler that follows :func:`noam_lambda`. Step the optimizer, then the
-    scheduler.
+    ``LambdaLR`` scheduler that follows :func:`noam_lambda`. Step the optimizer,
+    then the scheduler.
 
-    The rate is ``factor * d_model**-0.5 * min(n**-0.5, n * warmup_steps**-1.5)`` for
-    update ``n``; give either ``factor`` (default 1.0, the paper's) or ``peak_lr``, the
-    rate at the end of the warm-up (``factor = peak_lr * sqrt(d_model * warmup_steps)``).
-    Returns ``(optimizer, scheduler)``."""
+    The rate is ``factor * d_model**-0.5 * min(n**-0.5, n * warmup_steps**-1.5)``
+    for update ``n``; give either ``factor`` (default 1.0, the paper's) or
+    ``peak_lr``, the rate at the end of the warm-up (``factor = peak_lr *
+    sqrt(d_model * warmup_steps)``). Returns ``(optimizer, scheduler)``."""
     if factor is not None and peak_lr is not None:
         raise ValueError("give factor or peak_lr, not both")
     if peak_lr is not None:
