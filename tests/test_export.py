@@ -373,3 +373,83 @@ def test_a_module_only_import_is_a_comment_in_the_notebook_and_an_import_in_the_
     text = export.export_all(tmp_path)[tmp_path / "transformer_lib" / "toy.py"]
     assert "\nfrom transformer_lib.other import helper\n" in text and "#| from" not in text
     assert "__all__ = ['twice']" in text                      # an imported name is not re-exported
+
+
+# ---------------------------------------------------------------- issue 25: exporti, replaced methods,
+# subpackages, provenance by cell id
+
+def test_an_internal_cell_is_in_the_module_but_not_in_its_all(tmp_path: Path):
+    _write_notebook(tmp_path, "01_toy.ipynb", [
+        _cell("code", "#| default_exp toy"),
+        _cell("code", "#| export\ndef shown() -> int:\n    return helper() + 1"),
+        _cell("code", "#| exporti\ndef helper() -> int:\n    return 1"),
+        _cell("code", "#| exporti other\nLIMIT = 3"),
+    ])
+    out = export.export_all(tmp_path)
+    text = out[tmp_path / "transformer_lib" / "toy.py"]
+    assert "def helper" in text and text.rstrip().endswith("__all__ = ['shown']")
+    assert out[tmp_path / "transformer_lib" / "other.py"].rstrip().endswith("__all__ = []")
+    namespace: dict = {}
+    exec(compile(text, "toy.py", "exec"), namespace)
+    assert namespace["shown"]() == 2
+
+
+def test_a_later_page_replaces_a_method_where_it_stands(tmp_path: Path):
+    replacing = '''class Counter(Counter):
+    def add(self, k: int = 1) -> "Counter":
+        self.n += 10 * k
+        return self
+
+    def twice(self) -> int:
+        return 2 * self.n'''
+    _write_notebook(tmp_path, "01_toy.ipynb", _reopening_chapter())
+    _write_notebook(tmp_path, "02_more.ipynb", [_cell("code", "#| export toy\n" + replacing)])
+    text = export.export_all(tmp_path)[tmp_path / "transformer_lib" / "toy.py"]
+    cls = [n for n in ast.parse(text).body if isinstance(n, ast.ClassDef)][0]
+    methods = [m.name for m in cls.body if isinstance(m, ast.FunctionDef)]
+    assert methods == ["__init__", "add", "value", "twice"]         # add stays where it stood, once
+    assert text.count("def add") == 1 and "10 * k" in text
+    assert text.count("# [book/02_more.ipynb, cell 1]") == 2        # before add and before twice
+    assert "# [book/01_toy.ipynb, cell 4]" not in text               # the replaced cell is gone
+    namespace: dict = {}
+    exec(compile(text, "toy.py", "exec"), namespace)
+    counter = namespace["Counter"]()
+    assert counter.add(2).value() == 20 and counter.twice() == 40
+
+
+def test_a_dotted_module_is_in_a_subpackage_with_a_generated_init(tmp_path: Path):
+    _write_notebook(tmp_path, "01_toy.ipynb", [
+        _cell("code", "#| default_exp part.first"),
+        _cell("code", "#| export\ndef one() -> int:\n    return 1"),
+        _cell("code", "#| export part.second\n#| from transformer_lib.part.first import one\n"
+                      "def two() -> int:\n    return one() + 1"),
+        _cell("code", "#| exporti part.second\ndef hidden() -> int:\n    return 0"),
+    ])
+    export.write(tmp_path)
+    pkg = tmp_path / "transformer_lib" / "part"
+    assert sorted(p.name for p in pkg.iterdir()) == ["__init__.py", "first.py", "second.py"]
+    init = (pkg / "__init__.py").read_text(encoding="utf-8")
+    assert "from transformer_lib.part.first import (\n    one,\n)" in init
+    assert "__all__ = ['one', 'two']" in init and "hidden" not in init
+    assert export.check(tmp_path) == []
+    (pkg / "stray.py").write_text("x = 1\n", encoding="utf-8")
+    assert export.check(tmp_path) == ["transformer_lib/part/stray.py: no chapter exports this module"]
+
+
+def test_provenance_names_the_cell_id_so_inserting_a_cell_changes_no_module(tmp_path: Path):
+    cells = [{"id": f"c{i}", **cell} for i, cell in enumerate(_chapter())]
+    cells[2]["id"] = "3a742c30"
+    _write_notebook(tmp_path, "01_toy.ipynb", cells)
+    before = export.export_all(tmp_path)
+    assert "# [book/01_toy.ipynb, cell 3a742c30]" in before[tmp_path / "transformer_lib" / "toy.py"]
+    _write_notebook(tmp_path, "01_toy.ipynb", [cells[0], {"id": "new", **_cell("markdown", "Prose."), }, *cells[1:]])
+    assert export.export_all(tmp_path) == before
+
+
+def test_an_exported_cell_without_an_id_is_refused(tmp_path: Path):
+    path = tmp_path / "book" / "01_toy.ipynb"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"cells": [_cell("code", "#| default_exp toy"), _cell("code", "#| export\nx = 1")],
+                                "metadata": {}, "nbformat": 4, "nbformat_minor": 4}), encoding="utf-8")
+    with pytest.raises(export.ExportError, match="needs an id"):
+        export.export_all(tmp_path)
