@@ -20,6 +20,7 @@ import gpu_check  # noqa: E402
 from common import PEAK_TFLOPS, largest_batch, peak_tflops  # noqa: E402
 
 import transformer_lib as tl  # noqa: E402
+from transformer_lib.checks import check_token_ids  # noqa: E402
 
 
 @settings(max_examples=8, deadline=None)
@@ -73,7 +74,7 @@ def test_read_backs_are_counted_where_they_happen():
         bool(t.any())
         t.sum().item()
         t.nonzero()
-        tl.check_token_ids(t[None], 10)          # on the CPU: min and max read back, in the library
+        check_token_ids(t[None], 10)             # on the CPU: min and max read back, in the library
 
     counts = gpu_check.count_reads(reads)
     assert sum(counts.values()) == 5

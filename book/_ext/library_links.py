@@ -5,8 +5,9 @@
   short path (``transformer_lib.MultiHeadAttention`` as well as ``transformer_lib.attention.MultiHeadAttention``).
 * Each documented object gets a line "Defined in: chapter, section" that links to the very code cell of the
   chapter that defines it (found from the ``#| export`` cells of the notebooks).
-* Each chapter page gets an "In transformer_lib" box under its title: the module it writes, each of its
-  public names linked to the API reference, how long the notebook took to execute when the book was
+* Each chapter page gets an "In transformer_lib" box at its end, inside its section "What is now in
+  transformer_lib" (the chapter opens with its story, not with a list of names): the module it writes, each
+  of its public names linked to the API reference, how long the notebook took to execute when the book was
   built (myst-nb's record of the execution), and the notebook to download.
 
 Nothing here changes a chapter: everything is read from the notebooks, the generated modules' headers
@@ -60,14 +61,15 @@ def read_library(srcdir: Path) -> dict:
     modules: dict[str, str] = {}
     public: dict[str, list[str]] = {}
     pkg = srcdir / PACKAGE
-    for path in sorted(pkg.glob("*.py")) if pkg.is_dir() else []:
+    for path in sorted(pkg.rglob("*.py")) if pkg.is_dir() else []:
         if path.stem in HIDDEN_MODULES:
             continue
         text = path.read_text(encoding="utf-8")
         m = HEADER.search(text)
-        if m:
-            modules[path.stem] = m.group(1)[: -len(".ipynb")]
-            public[path.stem] = _module_all(text)
+        if m:  # a generated module (a subpackage's __init__ has another header)
+            module = path.relative_to(pkg).with_suffix("").as_posix().replace("/", ".")
+            modules[module] = m.group(1)[: -len(".ipynb")]
+            public[module] = _module_all(text)
     defs: dict[str, tuple[str, int]] = {}
     chapter_modules: dict[str, list[str]] = {}
     for nb_path in _EXPORT.book_order(srcdir):  # a name belongs to the first page that defines it
@@ -76,16 +78,18 @@ def read_library(srcdir: Path) -> dict:
             cells = _EXPORT.exported_cells(nb_path)
         except (OSError, ValueError, _EXPORT.ExportError):
             continue  # the export check reports it
-        for index, module, body in cells:
+        for cell in cells:
             chapter_modules.setdefault(docname, [])
-            if module not in chapter_modules[docname]:
-                chapter_modules[docname].append(module)
+            if cell.module not in chapter_modules[docname]:
+                chapter_modules[docname].append(cell.module)
+            if cell.internal:  # #| exporti: in the module, not part of its public names
+                continue
             try:
-                names = _EXPORT.public_names(body)
+                names = _EXPORT.public_names(cell.body)
             except SyntaxError:
                 continue
             for name in names:
-                defs.setdefault(f"{PACKAGE}.{module}.{name}", (docname, index))
+                defs.setdefault(f"{PACKAGE}.{cell.module}.{name}", (docname, cell.index))
     return {"modules": modules, "defs": defs, "chapter_modules": chapter_modules, "all": public}
 
 
@@ -148,11 +152,22 @@ class TransformerLibAPI(SphinxDirective):
         lib = _library(self.env.app)
         # The package itself first, so that {py:mod}`transformer_lib` resolves too.
         lines: list[str] = ["```{eval-rst}", f".. automodule:: {PACKAGE}", "```", ""]
+        lines += _root_api_lines(lib)
         mods = sorted(lib["modules"].items(), key=lambda kv: _chapter_order(kv[1]))
+        package = None
         for module, _docname in mods:
-            # Markdown (this page is MyST): a heading per module, autodoc inside {eval-rst} because
-            # autodoc's output and the docstrings are reStructuredText.
-            lines += [f"## `{PACKAGE}.{module}`", "",
+            # Markdown (this page is MyST): a heading per module (under its package's, for a chapter
+            # that builds a package), autodoc inside {eval-rst} because autodoc's output and the
+            # docstrings are reStructuredText.
+            level = "##"
+            if "." in module:
+                level = "###"
+                if module.rsplit(".", 1)[0] != package:
+                    package = module.rsplit(".", 1)[0]
+                    lines += [f"## `{PACKAGE}.{package}`", "",
+                              f"A package: `import {PACKAGE}.{package}` gives the public names of all its "
+                              "modules.", ""]
+            lines += [f"{level} `{PACKAGE}.{module}`", "",
                       "```{eval-rst}",
                       f".. automodule:: {PACKAGE}.{module}",
                       "   :members:", "   :undoc-members:", "   :show-inheritance:",
@@ -170,17 +185,43 @@ class TransformerLibAPI(SphinxDirective):
         return section.children
 
 
+def _root_api_lines(lib: dict) -> list[str]:
+    """The package root's curated names (``import transformer_lib as tl``), grouped by the chapter that
+    builds them, each linked to its documentation below."""
+    by_chapter: dict[str, list[str]] = {}
+    for name, module in _root_api().items():
+        docname = lib["modules"].get(module[len(PACKAGE) + 1:], "")
+        by_chapter.setdefault(docname, []).append(f"{{py:obj}}`~{module}.{name}`")
+    lines = ["## The package root", "",
+             f"`import {PACKAGE} as tl` gives these {sum(map(len, by_chapter.values()))} names, the book's "
+             "concepts; everything else below is imported from its module.", ""]
+    for docname in sorted(by_chapter, key=_chapter_order):
+        where = f"{{doc}}`/{docname}`" if docname else "elsewhere"
+        lines.append(f"- {where}: " + ", ".join(by_chapter[docname]))
+    return lines + [""]
+
+
 def _note_aliases(app, env) -> None:
     """After reading: let ``transformer_lib.Name`` (what ``import transformer_lib as tl`` gives) resolve
     to the documented ``transformer_lib.module.Name``."""
     py = env.get_domain("py")
-    lib = _library(app)
-    for module, names in lib["all"].items():
-        for name in names:
-            entry = py.objects.get(f"{PACKAGE}.{module}.{name}")
-            short = f"{PACKAGE}.{name}"
-            if entry is not None and short not in py.objects:
-                py.objects[short] = entry._replace(aliased=True)
+    for name, module in _root_api().items():
+        entry = py.objects.get(f"{module}.{name}")
+        short = f"{PACKAGE}.{name}"
+        if entry is not None and short not in py.objects:
+            py.objects[short] = entry._replace(aliased=True)
+
+
+def _root_api() -> dict[str, str]:
+    """{name: module that defines it} for the package root's curated ``__all__``."""
+    import importlib
+
+    try:
+        root = importlib.import_module(PACKAGE)
+    except ImportError:
+        return {}
+    return {name: getattr(root, name).__module__ if hasattr(getattr(root, name), "__module__")
+            else PACKAGE for name in getattr(root, "__all__", [])}
 
 
 def _resolve_short_name(app, env, node, contnode):
@@ -205,16 +246,15 @@ def _resolve_short_name(app, env, node, contnode):
 
 def _process_docstring(app, what, name, obj, options, lines) -> None:
     lib = _library(app)
-    parts = name.split(".")
-    if what == "module" and len(parts) == 2 and parts[0] == PACKAGE:
-        docname = lib["modules"].get(parts[1])
+    if what == "module" and name.startswith(PACKAGE + "."):
+        docname = lib["modules"].get(name[len(PACKAGE) + 1:])
         if docname:
             # The generated header speaks to the library's maintainers; the reader wants the chapter.
             lines[:] = [f"Built in chapter :doc:`/{docname}`.", ""]
         return
     if what == "data" and name in _UNDOCUMENTED_DATA:
         lines[:] = []  # not dict's or tuple's docstring: the value shown in the signature says it all
-    if len(parts) != 3 or parts[0] != PACKAGE or what not in ("class", "function", "data", "exception", "attribute"):
+    if what not in ("class", "function", "data", "exception", "attribute"):
         return
     if name in lib["defs"]:
         lines += ["", f":tl-defined-in:`{name}`"]
@@ -293,7 +333,7 @@ def _on_doctree_read(app, doctree) -> None:
             cell["ids"].append(anchor)
             doctree.ids[anchor] = cell
         env.tl_defs[full] = (docname, anchor, _label(chapter_title, _section_title(cell)))
-    # 2. The "In transformer_lib" box under the chapter's title.
+    # 2. The "In transformer_lib" box at the chapter's end.
     box = nodes.admonition("", classes=["tl-chapter-box", "note"])
     box += nodes.title("In transformer_lib", "In transformer_lib")
     modules = lib["chapter_modules"].get(docname, [])
@@ -326,11 +366,22 @@ def _on_doctree_read(app, doctree) -> None:
         para += nodes.Text("none: this chapter measures and explains, and exports no code.")
         box += para
     box += _runtime_paragraph(app, env, docname)
-    first = next(iter(doctree.findall(nodes.section)), None)
-    if first is None:
+    _place_box(doctree, box)
+
+
+def _place_box(doctree, box) -> None:
+    """At the end of the section "What is now in transformer_lib" (or "What this appendix adds to
+    transformer_lib"), else at the end of the page: the chapter opens with its story."""
+    sections = list(doctree.findall(nodes.section))
+    if not sections:
         return
-    pos = 1 if first.children and isinstance(first[0], nodes.title) else 0
-    first.insert(pos, box)
+    summary = [s for s in sections if s.children and isinstance(s[0], nodes.title)
+               and re.match(r"What (is now in|this appendix adds to) transformer_lib", s[0].astext())]
+    target = summary[-1] if summary else sections[0]
+    # before the summary's own subsections, if any, so the box stays with its text
+    pos = next((i for i, child in enumerate(target.children) if isinstance(child, nodes.section)),
+               len(target.children))
+    target.insert(pos, box)
 
 
 def _xref(docname: str, reftype: str, target: str, text: str | None = None, literal: bool = False, domain: str = "py"):
