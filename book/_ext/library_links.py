@@ -153,9 +153,8 @@ class TransformerLibAPI(SphinxDirective):
         # The package itself first, so that {py:mod}`transformer_lib` resolves too.
         lines: list[str] = ["```{eval-rst}", f".. automodule:: {PACKAGE}", "```", ""]
         lines += _root_api_lines(lib)
-        mods = sorted(lib["modules"].items(), key=lambda kv: _chapter_order(kv[1]))
         package = None
-        for module, _docname in mods:
+        for module in _modules_in_book_order(lib):
             # Markdown (this page is MyST): a heading per module (under its package's, for a chapter
             # that builds a package), autodoc inside {eval-rst} because autodoc's output and the
             # docstrings are reStructuredText.
@@ -183,6 +182,17 @@ class TransformerLibAPI(SphinxDirective):
         section.document = self.state.document
         nested_parse_with_titles(self.state, content, section)
         return section.children
+
+
+def _modules_in_book_order(lib: dict) -> list[str]:
+    """The generated modules in the order the book builds them (the table of contents, then the order of
+    each page's cells), a package's modules together where its first one comes."""
+    order = [m for modules in lib["chapter_modules"].values() for m in modules if m in lib["modules"]]
+    order = list(dict.fromkeys(order))
+    first = {}
+    for i, module in enumerate(order):
+        first.setdefault(module.rsplit(".", 1)[0] if "." in module else module, i)
+    return sorted(order, key=lambda m: (first[m.rsplit(".", 1)[0] if "." in m else m], order.index(m)))
 
 
 def _root_api_lines(lib: dict) -> list[str]:
