@@ -3,7 +3,10 @@
 * an exported cell is short (a class grows across cells instead), so that prose sits next to the code;
 * only the ``#| default_exp`` cell is removed from the page: setup cells stay visible;
 * a chapter runs its own definitions: no ``tl.NAME`` / ``transformer_lib.NAME`` for a name it exports;
-* a module imports no private (``_name``) helper of another module.
+* a module imports no private (``_name``) helper of another module;
+* (issue 25) a module is at most 350 lines; a module imports only from its own chapter or earlier ones, in
+  the order of the table of contents (the import graph reads like the book); no library code calls a
+  private function of another package.
 """
 from __future__ import annotations
 
@@ -69,3 +72,65 @@ def test_no_module_imports_a_private_name_of_another():
                 offenders += [f"{module.name}: {node.module}.{a.name}" for a in node.names
                               if a.name.startswith("_")]
     assert not offenders, offenders
+
+
+MAX_MODULE_LINES = 350
+# Private functions of other packages that the library calls on purpose, with the reason. torch has no public
+# device-side assertion: checks.check_token_ids queues one on a GPU instead of reading the ids back.
+ALLOWED_PRIVATE_CALLS = {"torch._assert_async"}
+
+
+def _library() -> list[Path]:
+    return sorted((REPO / "transformer_lib").rglob("*.py"))
+
+
+def test_every_module_is_short():
+    long = {p.relative_to(REPO).as_posix(): n for p in _library()
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
+
+
+def _page_rank() -> dict[str, int]:
+    """{module: the position in the book of the page that makes it}."""
+    rank: dict[str, int] = {}
+    for i, path in enumerate(export.book_order(REPO)):
+        for module in export.read_chapter(path):
+            rank.setdefault(module, i)
+    return rank
+
+
+def test_a_module_imports_only_its_own_chapter_or_earlier_ones():
+    rank = _page_rank()
+    pages = [p.name for p in export.book_order(REPO)]
+    later = []
+    for module, position in rank.items():
+        path = REPO / "transformer_lib" / (module.replace(".", "/") + ".py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            for name in names:
+                if name.startswith("transformer_lib."):
+                    target = name[len("transformer_lib."):]
+                    if target in rank and rank[target] > position:
+                        later.append(f"{module} ({pages[position]}) imports {target} ({pages[rank[target]]})")
+    assert not later, later
+
+
+def test_no_library_code_calls_a_private_function_of_another_package():
+    calls = set()
+    for path in _library():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported = {a.asname or a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
+                    for a in n.names if not a.name.startswith("transformer_lib")}
+        imported |= {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                     and not (n.module or "").startswith("transformer_lib") for a in n.names}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and not (node.module or "").startswith("transformer_lib"):
+                calls |= {f"{node.module}.{a.name}" for a in node.names if a.name.startswith("_")}
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.endswith("__"):
+                base = node.value
+                while isinstance(base, ast.Attribute):
+                    base = base.value
+                if isinstance(base, ast.Name) and base.id in imported:
+                    calls.add(f"{ast.unparse(node.value)}.{node.attr}")
+    assert calls <= ALLOWED_PRIVATE_CALLS, sorted(calls - ALLOWED_PRIVATE_CALLS)
