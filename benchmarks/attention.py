@@ -55,11 +55,11 @@ def main(argv: list[str] | None = None) -> None:
 
     header(f"MultiHeadAttention vs nn.MultiheadAttention, forward + backward, B={B} L={L} d_model={d} h={h}")
     cases = [
-        ("no mask", step(lambda: ours(x, x, x)),
+        ("no mask", step(lambda: ours(x)),
          step(lambda: ref(x, x, x, need_weights=False)[0])),
-        ("padding mask", step(lambda: ours(x, x, x, mask)),
+        ("padding mask", step(lambda: ours(x, mask=mask)),
          step(lambda: ref(x, x, x, key_padding_mask=key_padding_mask, need_weights=False)[0])),
-        ("padding mask, weights returned", step(lambda: ours(x, x, x, mask, need_weights=True)[0]),
+        ("padding mask, weights returned", step(lambda: ours.forward_with_weights(x, mask=mask)[0]),
          step(lambda: ref(x, x, x, key_padding_mask=key_padding_mask, need_weights=True,
                           average_attn_weights=False)[0])),
     ]

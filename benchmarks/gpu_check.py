@@ -142,9 +142,7 @@ def check_training(s: Sizes, device: torch.device, dtypes: list[torch.dtype], re
     for dtype in dtypes:
         torch.manual_seed(0)
         model = tl.Transformer(model_config(s, V, share_embeddings=True, max_len=64)).to(device)
-        optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-        factor = s.peak_lr * math.sqrt(s.d_model * s.warmup)          # the Noam rate peaks at peak_lr
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, tl.noam_lambda(s.d_model, s.warmup, factor))
+        optimizer, scheduler = tl.noam_optimizer(model, s.d_model, s.warmup, peak_lr=s.peak_lr)
         history = tl.train(model, loader, optimizer, scheduler, steps=s.steps, amp=dtype_name(dtype),
                            log_every=max(1, s.steps // 10), progress=False)
         losses = history.loss
@@ -394,7 +392,7 @@ def check_decoding(s: Sizes, V: int, device: torch.device, dtype: torch.dtype, r
     src = torch.randint(3, V, (s.decode_batch, s.decode_src_len), device=device)
     B, n, k = s.decode_batch, s.decode_tokens, s.beam
     decoders = {"greedy": lambda m, a: tl.greedy_decode(model, src, max_len=m),
-                f"beam {k}": lambda m, a: tl.beam_search(model, src, k, max_len=m)}
+                f"beam {k}": lambda m, a: tl.beam_search(model, src, k, max_len=m)[0]}
     report(f"batch {B} sources of {s.decode_src_len} tokens, {n} new tokens each, KV cache; tokens/s counts the "
            "tokens of the output (one hypothesis per sentence)")
     for amp in (None, dtype):
@@ -495,7 +493,7 @@ def check_compile(s: Sizes, V: int, device: torch.device, dtype: torch.dtype, ba
         prefix = torch.full((src.size(0), s.decode_tokens), 3, device=device)
         prefix[:, 0] = model.config.bos_id
         model.decode(prefix, memory, src_mask, cache)                   # the cache holds decode_tokens positions
-        saved = [dict(layer["self"]) for layer in cache.layers]
+        saved = [(layer.self_attn.k, layer.self_attn.v) for layer in cache.layers]
         new = torch.full((src.size(0), 1), 4, device=device)
         decode = torch.compile(model.decode, dynamic=False, backend=backend)
 
@@ -504,8 +502,8 @@ def check_compile(s: Sizes, V: int, device: torch.device, dtype: torch.dtype, ba
                 try:
                     return fn(new, memory, src_mask, cache)             # one cached step
                 finally:
-                    for layer, kv in zip(cache.layers, saved):          # back to decode_tokens positions
-                        layer["self"].update(kv)
+                    for layer, (k, v) in zip(cache.layers, saved):      # back to decode_tokens positions
+                        layer.self_attn.k, layer.self_attn.v = k, v
             return run
 
         seconds = time_call(step(decode), repeat=1, warmup=0)

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     pairs = {
         "greedy": (lambda: tl.greedy_decode(model, src, max_len=n), lambda: generate(1)),
         f"beam {args.beam}": (lambda: tl.beam_search(model, src, beam_size=args.beam, max_len=n,
-                                                     length_penalty=1.0, length_norm="power"),
+                                                     length_penalty=1.0, length_norm="power")[0],
                               lambda: generate(args.beam)),
     }
     header(f"Marian decoding: batch {args.batch}, source length {args.src_len}, {n} new tokens, "

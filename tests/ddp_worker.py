@@ -17,7 +17,8 @@ With ``resume``: an uninterrupted run of 12 steps, against 7 steps, a checkpoint
 other seeds (as in new processes) and the rest from the checkpoint; then a control that resumes from a
 copy of that checkpoint in which every rank gets rank 0's random states (what a checkpoint holding only
 rank 0's states would give). Rank 0 writes ``OUT_DIR/resume.json``: whether each rank's resumed weights
-equal the uninterrupted run's bit for bit, and whether the control's do.
+equal the uninterrupted run's bit for bit, whether the control's do, and what one process (after leaving the
+group) is told when it tries to resume the 2-process checkpoint.
 """
 from __future__ import annotations
 
@@ -26,15 +27,16 @@ import sys
 from pathlib import Path
 
 import torch
+from tiny_runs import tiny_config, tiny_model
 
-from transformer_lib.model import Transformer, TransformerConfig
+from transformer_lib.model import Transformer
 from transformer_lib.training.batching import PadCollate, PairDataset, TokenBucketSampler, copy_task
-from transformer_lib.training.checkpoint import load_checkpoint
+from transformer_lib.training.checkpoint import CheckpointError, load_checkpoint
 from transformer_lib.training.distributed import cleanup_distributed, setup_distributed
 from transformer_lib.training.evaluation import evaluate
 from transformer_lib.training.loop import train
 from transformer_lib.training.loss import LabelSmoothingLoss
-from transformer_lib.training.schedule import noam_lambda
+from transformer_lib.training.schedule import noam_optimizer
 
 STEPS, STOP = 12, 7
 
@@ -51,15 +53,13 @@ def main(out_dir: str) -> None:
     val_loader = torch.utils.data.DataLoader(
         data, batch_sampler=TokenBucketSampler(data.lengths, 400, shuffle=False, drop_last=True),
         collate_fn=collate)
-    config = TransformerConfig(V, V, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=32,
-                               dropout=0.1, max_len=16)
+    config = tiny_config(V)
     model = Transformer(config).to(device)
     start = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
     torch.manual_seed(1234 + rank)          # different dropout in each process, as in a real run
     loss_fn = LabelSmoothingLoss(0.1, config.pad_id)
     before = evaluate(model, val_loader, loss_fn)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, noam_lambda(16, 4, factor=0.5))
+    optimizer, scheduler = noam_optimizer(model, 16, 4, factor=0.5)
     hist = train(model, train_loader, optimizer, scheduler, loss_fn, steps=12, val_loader=val_loader,
                  val_every=6, checkpoint_path=str(Path(out_dir) / "ckpt.pt"), checkpoint_every=6,
                  progress=False, log_every=3)
@@ -87,12 +87,9 @@ def _run_objects(device: torch.device, rank: int, seed: int):
     data = PairDataset(copy_task(192, vocab_size=V, min_len=2, max_len=6, seed=0))
     loader = torch.utils.data.DataLoader(
         data, batch_sampler=TokenBucketSampler(data.lengths, 160, seed=0), collate_fn=PadCollate())
-    config = TransformerConfig(V, V, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=32,
-                               dropout=0.1, max_len=16)
-    model = Transformer(config).to(device)
+    model = tiny_model(vocab=V).to(device)
     torch.manual_seed(seed + rank)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, noam_lambda(16, 4, factor=0.5))
+    optimizer, scheduler = noam_optimizer(model, 16, 4, factor=0.5)
     return model, loader, optimizer, scheduler
 
 
@@ -137,8 +134,15 @@ def resume(out_dir: str) -> None:
                   "rank0_states_equal": [bool(g[1]) for g in gathered],
                   "rank_states_stored": len(ranks),
                   "rank_states_differ": not torch.equal(ranks[0]["rng"]["torch"], ranks[1]["rng"]["torch"])}
-        (out / "resume.json").write_text(json.dumps(result))
     cleanup_distributed()
+    if rank == 0:                   # out of the group, one process: the 2-process checkpoint is refused
+        model, loader, optimizer, scheduler = _run_objects(torch.device("cpu"), 0, 100)
+        try:
+            train(model, loader, optimizer, scheduler, steps=STEPS, progress=False, resume_from=str(ckpt))
+            result["one_process"] = "resumed"
+        except CheckpointError as exc:
+            result["one_process"] = str(exc)
+        (out / "resume.json").write_text(json.dumps(result))
 
 
 def _token_pairs(lengths: list[int], seed: int) -> list[tuple[list[int], list[int]]]:
@@ -156,8 +160,7 @@ def tokens(out_dir: str) -> None:
     collate = PadCollate()
     groups = {0: [[2], [3, 2]], 1: [[12, 11], [10, 9, 12, 12]]}           # rank -> its micro-batches
     pairs = {r: [_token_pairs(g, 10 * r + i) for i, g in enumerate(gs)] for r, gs in groups.items()}
-    config = TransformerConfig(12, 12, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1,
-                               d_ff=32, dropout=0.0, max_len=16)
+    config = tiny_config(12, dropout=0.0)
     loss_fn = LabelSmoothingLoss(0.1, config.pad_id)
 
     def fresh() -> tuple[Transformer, torch.optim.Optimizer]:

@@ -8,8 +8,8 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tiny_runs import tiny_model
 
-from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.training.batching import PadCollate
 from transformer_lib.training.config import TrainConfig
 from transformer_lib.training.loop import accumulate_gradients, train
@@ -19,10 +19,7 @@ V = 11
 
 
 def _model(seed=0, dtype=torch.float64):
-    torch.manual_seed(seed)
-    cfg = TransformerConfig(V, V, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=32,
-                            dropout=0.0, max_len=32)
-    return Transformer(cfg).to(dtype)
+    return tiny_model(seed, vocab=V, dropout=0.0, max_len=32).to(dtype)
 
 
 def _pairs(lengths, seed):

@@ -6,17 +6,15 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tiny_runs import tiny_model
 
 import transformer_lib as tl
-from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.training.averaging import average_checkpoints, average_state_dicts
 from transformer_lib.training.checkpoint import CheckpointError, save_checkpoint
 
 
 def _model(seed, n_heads=2, d_model=16, dropout=0.1):
-    torch.manual_seed(seed)
-    return Transformer(TransformerConfig(11, 11, d_model=d_model, n_heads=n_heads, n_encoder_layers=1,
-                                         n_decoder_layers=1, d_ff=32, dropout=dropout, max_len=16))
+    return tiny_model(seed, n_heads=n_heads, d_model=d_model, dropout=dropout)
 
 
 def test_importable_from_the_package_root():

@@ -14,22 +14,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from tiny_runs import tiny_model
 
-from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.training.batching import PadCollate, PairDataset, TokenBucketSampler, copy_task
 from transformer_lib.training.checkpoint import (
     CheckpointError,
     NonFiniteError,
-    RunPosition,
     capture_rng_state,
-    epoch_batches,
     load_checkpoint,
     restore_rng_state,
     save_checkpoint,
-    unwrap_model,
 )
+from transformer_lib.training.distributed import unwrap_model
 from transformer_lib.training.loop import train
-from transformer_lib.training.schedule import noam_lambda
+from transformer_lib.training.position import RunPosition, epoch_batches
+from transformer_lib.training.schedule import noam_optimizer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,11 +42,8 @@ def _setup(seed=0, dropout=0.1, shuffle_loader=False):
     else:
         loader = torch.utils.data.DataLoader(data, batch_sampler=TokenBucketSampler(data.lengths, 60, seed=2),
                                              collate_fn=PadCollate())
-    cfg = TransformerConfig(V, V, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=32,
-                            dropout=dropout, max_len=16)
-    model = Transformer(cfg)
-    opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, noam_lambda(16, 5))
+    model = tiny_model(vocab=V, dropout=dropout)
+    opt, sched = noam_optimizer(model, 16, 5)
     return model, loader, opt, sched
 
 
@@ -214,9 +210,7 @@ def test_unwrap_model_only_unwraps_wrappers():
 # ---------------------------------------------------------------- files users really have (issue 14)
 
 def _small(n_heads=2, d_model=16):
-    torch.manual_seed(0)
-    return Transformer(TransformerConfig(11, 11, d_model=d_model, n_heads=n_heads, n_encoder_layers=1,
-                                         n_decoder_layers=1, d_ff=32, dropout=0.0, max_len=16))
+    return tiny_model(0, n_heads=n_heads, d_model=d_model, dropout=0.0)
 
 
 class _RunsCode:
@@ -316,8 +310,7 @@ def test_dropout_alone_does_not_make_another_model(tmp_path):
     path = tmp_path / "d.pt"
     save_checkpoint(path, _small())
     torch.manual_seed(1)
-    other = Transformer(TransformerConfig(11, 11, d_model=16, n_heads=2, n_encoder_layers=1,
-                                          n_decoder_layers=1, d_ff=32, dropout=0.3, max_len=16))
+    other = tiny_model(dropout=0.3)
     load_checkpoint(path, other)
     assert all(torch.equal(p, q) for p, q in zip(other.parameters(), _small().parameters()))
 

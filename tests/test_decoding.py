@@ -20,6 +20,7 @@ from transformer_lib.decoding.greedy import (
     Stepper,
     decode_with,
     decoding_mode,
+    default_max_len,
     greedy_decode,
     start_decoding,
 )
@@ -85,7 +86,7 @@ def test_cached_and_uncached_give_the_same_tokens(seed, norm_first, k):
     model = make_model(seed % 5, norm_first=norm_first, eos_boost=1.0 + (seed % 3) * 0.5)
     x = make_src(seed, 5, 6)
     assert torch.equal(greedy_decode(model, x, 12), greedy_decode(model, x, 12, use_cache=False))
-    assert torch.equal(beam_search(model, x, k, 12), beam_search(model, x, k, 12, use_cache=False))
+    assert torch.equal(beam_search(model, x, k, 12)[0], beam_search(model, x, k, 12, use_cache=False)[0])
     a = sample(model, x, 12, temperature=1.3, top_k=5, top_p=0.9, generator=torch.Generator().manual_seed(seed))
     b = sample(model, x, 12, temperature=1.3, top_k=5, top_p=0.9, generator=torch.Generator().manual_seed(seed),
                use_cache=False)
@@ -135,7 +136,7 @@ def test_greedy_matches_a_one_sentence_reference(model, src):
 def test_batch_rows_are_independent(seed):
     model = make_model(seed % 5)
     x = make_src(seed, 4, 6)
-    for fn in (lambda s: greedy_decode(model, s, 10), lambda s: beam_search(model, s, 3, 10)):
+    for fn in (lambda s: greedy_decode(model, s, 10), lambda s: beam_search(model, s, 3, 10)[0]):
         batch = fn(x)
         for i in range(4):
             alone = fn(x[i:i + 1])[0]
@@ -153,7 +154,7 @@ def test_beam_size_one_is_greedy(seed, alpha, norm):
     greedy = greedy_decode(model, x, 12)
     for early in (False, True):
         assert torch.equal(beam_search(model, x, 1, 12, length_penalty=alpha, length_norm=norm,
-                                       early_stopping=early), greedy)
+                                       early_stopping=early)[0], greedy)
 
 
 def _reference_beam(model, x, k, max_len, alpha, norm, count_bos, early_stopping):
@@ -230,8 +231,9 @@ def test_n_best_scores_are_teacher_forced_log_probs(model, src):
         total, length = tok.masked_fill(~real, 0.0).sum(-1), real.sum(-1)
         expected = total / length_penalty_factor(length.double(), 0.6, "gnmt")
         torch.testing.assert_close(scores[:, j].double(), expected, rtol=1e-5, atol=1e-5)
-    best = beam_search(model, src, 4, 12)
+    best, best_scores = beam_search(model, src, 4, 12)
     assert torch.equal(best, ids[:, 0, :best.size(1)]) and ids[:, 0, best.size(1):].eq(PAD).all()
+    assert torch.equal(best_scores, scores[:, 0])           # one type whatever n_best: the pair
 
 
 def test_first_step_does_not_duplicate_the_beam(model, src):
@@ -252,7 +254,7 @@ def test_length_penalty_factor():
 
 def test_length_penalty_favours_longer_outputs(model, src):
     """Raising alpha never shortens the chosen outputs on average: raw log-probs favour short ones."""
-    lengths = [(beam_search(model, src, 4, 12, length_penalty=a) != PAD).sum(1).float().mean().item()
+    lengths = [(beam_search(model, src, 4, 12, length_penalty=a)[0] != PAD).sum(1).float().mean().item()
                for a in (0.0, 2.0)]
     assert lengths[1] >= lengths[0]
 
@@ -428,7 +430,7 @@ def test_max_len_up_to_the_positional_table(model, src):
     m = make_model(4, eos_boost=0.0)                                          # eos row zero: rarely wins
     out = greedy_decode(m, src[:2], m.config.max_len)
     assert out.size(1) <= m.config.max_len + 1
-    assert beam_search(m, src[:2], 2, m.config.max_len).size(1) <= m.config.max_len + 1
+    assert beam_search(m, src[:2], 2, m.config.max_len)[0].size(1) <= m.config.max_len + 1
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -436,7 +438,7 @@ def test_runs_under_autocast(dtype):
     model = make_model(4).float()
     x = make_src(1, 3, 5)
     with torch.autocast("cpu", dtype=dtype):
-        for out in (greedy_decode(model, x, 8), beam_search(model, x, 2, 8),
+        for out in (greedy_decode(model, x, 8), beam_search(model, x, 2, 8)[0],
                     sample(model, x, 8, top_p=0.9, generator=torch.Generator().manual_seed(0))):
             assert out.dtype == torch.long and out[:, 0].eq(BOS).all()
             assert ((out >= 0) & (out < 10)).all() and not (out[:, 1:] == BOS).any()
@@ -488,7 +490,7 @@ class TableModel:
 def test_a_model_of_another_class_decodes_like_the_transformer_inside(model, src):
     own = OwnModel(model).train()                     # train mode: decoding must switch dropout off
     assert torch.equal(greedy_decode(own, src, 12), greedy_decode(model, src, 12))
-    assert torch.equal(beam_search(own, src, 3, 12), beam_search(model, src, 3, 12))
+    assert torch.equal(beam_search(own, src, 3, 12)[0], beam_search(model, src, 3, 12)[0])
     assert torch.equal(sample(own, src, 12, top_p=0.9, generator=torch.Generator().manual_seed(1)),
                        sample(model, src, 12, top_p=0.9, generator=torch.Generator().manual_seed(1)))
     assert own.training and model.training            # the mode is restored, inside too
@@ -505,7 +507,7 @@ def test_an_object_that_is_not_a_module_decodes():
         logits[:, [PAD, BOS]] = -math.inf
         ys = torch.cat([ys, logits.argmax(-1, keepdim=True)], 1)
     assert torch.equal(out, ys)
-    assert beam_search(m, x, 1, 6).equal(out) and sample(m, x, 6, top_k=1).equal(out)
+    assert beam_search(m, x, 1, 6)[0].equal(out) and sample(m, x, 6, top_k=1).equal(out)
 
 
 READ_BACKS = ("__bool__", "item", "tolist", "__int__", "__float__", "__index__")
@@ -532,7 +534,7 @@ def _read_backs(monkeypatch, fn) -> int:
 @pytest.mark.parametrize("decode", [
     lambda m, x, n: greedy_decode(m, x, n),
     lambda m, x, n: greedy_decode(m, x, n, use_cache=False),
-    lambda m, x, n: beam_search(m, x, 3, n),
+    lambda m, x, n: beam_search(m, x, 3, n)[0],
     lambda m, x, n: beam_search(m, x, 3, n, early_stopping=True, n_best=2)[0][:, 0],
     lambda m, x, n: sample(m, x, n, temperature=0.8, top_k=5, top_p=0.9,
                            generator=torch.Generator().manual_seed(0)),
@@ -638,9 +640,7 @@ def test_a_sentence_decodes_alone_as_inside_any_batch(seed, length, others, wher
     rows.insert(where % (len(rows) + 1), sentence)
     batch = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=PAD)
     i = where % len(rows)
-    decoders = [lambda s: beam_search(model, s, k, max_len)]
-    if max_len is not None:
-        decoders.append(lambda s: greedy_decode(model, s, max_len))
+    decoders = [lambda s: beam_search(model, s, k, max_len)[0], lambda s: greedy_decode(model, s, max_len)]
     for decode in decoders:
         alone = decode(sentence[None])[0]
         inside = decode(batch)[i]
@@ -648,12 +648,14 @@ def test_a_sentence_decodes_alone_as_inside_any_batch(seed, length, others, wher
 
 
 def test_the_default_limit_is_each_sentences_own():
-    """Beam search's default max_len: 2 S + 10 for each sentence, S its length without padding."""
+    """The decoders' default max_len: 2 S + 10 for each sentence, S its length without padding."""
     model = make_model(1, eos_boost=0.0, n_layers=1)                  # eos never wins: every row runs out
     x = torch.tensor([[3, 4, 5, 6, 7], [8, 9, PAD, PAD, PAD]])
-    ids = beam_search(model, x, 2)
-    assert ids.shape[1] == 1 + 2 * 5 + 10                               # bos + the longest row's limit
-    assert ids[1, :1 + 2 * 2 + 10].ne(PAD).all() and ids[1, 1 + 2 * 2 + 10:].eq(PAD).all()
+    assert default_max_len(torch.tensor([5, 2])).tolist() == [20, 14]
+    assert default_max_len(torch.tensor([5, 2]), limit=16).tolist() == [16, 14]
+    for ids in (beam_search(model, x, 2)[0], greedy_decode(model, x), sample(model, x, top_k=1)):
+        assert ids.shape[1] == 1 + 2 * 5 + 10                           # bos + the longest row's limit
+        assert ids[1, :1 + 2 * 2 + 10].ne(PAD).all() and ids[1, 1 + 2 * 2 + 10:].eq(PAD).all()
 
 
 @pytest.mark.parametrize("V", [3, 7, 10, 30, 97, 1000])
@@ -675,7 +677,7 @@ def _ids_model(pad, bos, eos):
 @pytest.mark.parametrize("pad, bos, eos", [(0, 1, 1), (0, 2, 2), (0, 1, 0), (1, 1, 1)])
 @pytest.mark.parametrize("decode", [
     lambda m, x: greedy_decode(m, x, 5),
-    lambda m, x: beam_search(m, x, 2, 5),
+    lambda m, x: beam_search(m, x, 2, 5)[0],
     lambda m, x: sample(m, x, 5),
     lambda m, x: start_decoding(m, x),
 ], ids=["greedy", "beam", "sample", "start_decoding"])
@@ -745,8 +747,8 @@ def test_beam_search_with_pad_equal_to_bos_keeps_the_final_eos():
     is pad as well as bos), so the final eos is kept (it was cut off when bos was counted as padding)."""
     model = _OwnStepperModel()
     src = torch.tensor([[1, 2], [3, 4]])
-    assert beam_search(model, src, beam_size=2, max_len=8).tolist() == [[0, 1, 2, 3, 4, 5]] * 2
-    assert torch.equal(beam_search(model, src, beam_size=1, max_len=8), greedy_decode(model, src, 8))
+    assert beam_search(model, src, beam_size=2, max_len=8)[0].tolist() == [[0, 1, 2, 3, 4, 5]] * 2
+    assert torch.equal(beam_search(model, src, beam_size=1, max_len=8)[0], greedy_decode(model, src, 8))
 
 
 _HF_PAD, _HF_EOS, _HF_V = 39, 0, 40                  # Marian's layout: eos 0, pad = decoder start = last id

@@ -1,5 +1,5 @@
-"""Tests of chapter 11's ``transformer_lib.decoding.greedy.token_scores``: the per-token log-probabilities of an output in
-one teacher-forced pass. References computed another way: the incremental (cached) decoder stepping over the same
+"""Tests of chapter 11's ``transformer_lib.decoding.greedy.token_scores``: the per-token log-probabilities of an output
+in one teacher-forced pass. References computed another way: the incremental (cached) decoder stepping over the same
 output, and beam search's own scores (their sums at alpha = 0, the length-normalised sums at alpha = 0.6). Also the
 layout (0 after eos), duck typing (a wrapper that is not a module; the decoder-only model of chapter 13 through its
 own forward), dropout off and the mode restored, and bad input. Models are tiny and in float64; the scores are
@@ -55,7 +55,7 @@ def test_teacher_forced_scores_equal_the_step_by_step_scores(seed, B, decoder, m
     elif decoder == "sample":
         ids = sample(model, x, max_len, temperature=1.5, generator=torch.Generator().manual_seed(seed))
     else:
-        ids = beam_search(model, x, 2, max_len)
+        ids, _ = beam_search(model, x, 2, max_len)
     scores = token_scores(model, x, ids)
     assert scores.shape == (B, ids.size(1) - 1) and scores.dtype == torch.float32
     torch.testing.assert_close(scores, stepwise_scores(model, x, ids), rtol=1e-5, atol=1e-5)

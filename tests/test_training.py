@@ -4,10 +4,10 @@ against an oracle, the loop (history, validation, early stop, mixed precision, s
 TrainConfig, one read-back per logging interval), bad input, and a 2-process torchrun (gloo) run."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,14 +23,14 @@ from torch.overrides import TorchFunctionMode
 
 from transformer_lib.model import TransformerConfig
 from transformer_lib.training.batching import PadCollate, PairDataset
-from transformer_lib.training.checkpoint import CheckpointError
 from transformer_lib.training.config import TrainConfig
 from transformer_lib.training.distributed import gather_objects, is_distributed, rank, world_size
-from transformer_lib.training.evaluation import amp_dtype, evaluate, exact_match
+from transformer_lib.training.evaluation import evaluate, exact_match
 from transformer_lib.training.interrupts import Interrupts
 from transformer_lib.training.loop import train
 from transformer_lib.training.loss import LabelSmoothingLoss
-from transformer_lib.training.schedule import noam_lambda
+from transformer_lib.training.precision import PRECISIONS, amp_dtype
+from transformer_lib.training.schedule import noam_lambda, noam_optimizer
 
 SETTINGS = settings(max_examples=40, deadline=None)
 ROOT = Path(__file__).resolve().parent.parent
@@ -213,8 +213,7 @@ def test_noam_values(d_model, warmup, factor):
 
 def test_noam_with_lambda_lr_gives_the_paper_rate_to_each_update():
     p = nn.Parameter(torch.zeros(1))
-    opt = torch.optim.Adam([p], lr=1.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, noam_lambda(64, 10))
+    opt, sched = noam_optimizer([p], 64, 10)
     used = []
     for _ in range(25):
         used.append(opt.param_groups[0]["lr"])
@@ -283,6 +282,21 @@ def test_exact_match_with_an_oracle():
         exact_match(_CopyOracle(), loader, method="beam")
 
 
+def test_exact_match_never_chooses_pad_or_bos():
+    """The one rule of the library's decoding loop (chapter 10's decode_loop, chapter 11's decoders): pad and bos
+    are never written, greedy or teacher-forced, even where the model ranks them first."""
+    class PrefersPadAndBos(_CopyOracle):
+        def decode(self, tgt_in, memory, src_mask=None, cache=None):
+            logits = super().decode(tgt_in, memory, src_mask)
+            logits[..., 0] += 20.0                               # pad and bos above the right token
+            logits[..., 1] += 30.0
+            return logits
+
+    loader = _oracle_loader()
+    assert exact_match(PrefersPadAndBos(), loader, method="greedy") == 1.0
+    assert exact_match(PrefersPadAndBos(), loader, method="teacher") == 1.0
+
+
 def test_exact_match_names_what_a_model_lacks():
     loader = _oracle_loader()
     with pytest.raises(TypeError, match="config.pad_id"):
@@ -303,10 +317,16 @@ def test_exact_match_names_what_a_model_lacks():
 
 
 def test_amp_names():
-    assert amp_dtype(None) is None and amp_dtype("none") is None
+    assert amp_dtype(None) is None and amp_dtype("none") is None and amp_dtype("fp32") is None
     assert amp_dtype("bf16") is torch.bfloat16 and amp_dtype("fp16") is torch.float16
-    with pytest.raises(ValueError, match="amp"):
+    assert amp_dtype("bfloat16") is torch.bfloat16 and amp_dtype("float16") is torch.float16
+    assert all(amp_dtype(name) is dtype for name, dtype in PRECISIONS.items())
+    with pytest.raises(ValueError, match="precision must be one of"):
         amp_dtype("fp8")
+    with pytest.raises(ValueError, match="amp must be one of"):
+        amp_dtype(["bf16"], "amp")
+    with pytest.raises(ValueError, match="amp must be one of"):
+        TrainConfig(1, amp="fp8")
 
 
 # ---------------------------------------------------------------- the loop
@@ -325,6 +345,31 @@ def test_train_lowers_the_loss_and_records_history():
     assert hist.val[-1]["val_loss"] < before - 0.3
     assert hist.lr[0] == pytest.approx(noam_lambda(16, 5)(4))   # the rate of the 5th update
     assert model.training
+
+
+def test_on_step_sees_every_update_and_the_logged_records(tmp_path):
+    calls = []
+    model, loader, opt, sched = _setup()
+    hist = train(model, loader, opt, sched, steps=7, log_every=3, progress=False,
+                 on_step=lambda step, record: calls.append((step, record)))
+    assert [step for step, _ in calls] == list(range(1, 8))
+    logged = {step: record for step, record in calls if record is not None}
+    assert sorted(logged) == [1, 3, 6, 7]                         # the first update, every 3rd, the last
+    assert all(set(r) == {"step", "loss", "lr"} and r["step"] == s for s, r in logged.items())
+    assert hist.step == [3, 6, 7] and [logged[s]["loss"] for s in hist.step] == hist.loss
+    assert [logged[s]["lr"] for s in hist.step] == hist.lr and math.isfinite(logged[1]["loss"])
+    # a resumed run counts the earlier steps, and its first update is logged too
+    path = str(tmp_path / "run.pt")
+    model, loader, opt, sched = _setup()
+    train(model, loader, opt, sched, steps=4, log_every=3, progress=False, checkpoint_path=path)
+    calls.clear()
+    model, loader, opt, sched = _setup()
+    train(model, loader, opt, sched, steps=7, log_every=3, progress=False, resume_from=path,
+          on_step=lambda step, record: calls.append((step, record)))
+    assert [step for step, _ in calls] == [5, 6, 7]
+    assert [step for step, record in calls if record is not None] == [5, 6, 7]
+    with pytest.raises(TypeError, match="on_step"):
+        TrainConfig(3, on_step="print")
 
 
 def test_train_takes_its_settings_as_keywords_or_as_a_config():
@@ -498,15 +543,8 @@ def test_torchrun_resume_with_dropout_is_exact(tmp_path):
     assert result["rank_states_differ"]                       # the ranks' generators really differ
     assert result["resumed_equal"] == [True, True]
     assert result["rank0_states_equal"] == [False, False]
-
     # the 2-process checkpoint is refused by one process, with a clear error
-    spec = importlib.util.spec_from_file_location("ddp_worker", ROOT / "tests" / "ddp_worker.py")
-    worker = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(worker)
-    model, loader, optimizer, scheduler = worker._run_objects(torch.device("cpu"), 0, 100)
-    with pytest.raises(CheckpointError, match=r"random states of 2 process\(es\), this run has 1"):
-        train(model, loader, optimizer, scheduler, steps=12, progress=False,
-              resume_from=str(tmp_path / "stop.pt"))
+    assert re.search(r"stop\.pt: .*random states of 2 process\(es\), this run has 1", result["one_process"])
 
 
 # ---------------------------------------------------------------- the small modules of the loop

@@ -2,7 +2,7 @@
 
 Generated from book/11_decoding.ipynb.
 Edit the notebooks, not this file; regenerate with ``python tools/export.py``."""
-# digest: f08d758efd646b9b
+# digest: abce9685c65277ae
 # fmt: off
 
 from transformer_lib.decoding.greedy import (
@@ -12,6 +12,8 @@ from transformer_lib.decoding.greedy import (
     check_model,
     check_src,
     check_max_len,
+    default_max_len,
+    check_decoding,
     decoding_mode,
     Stepper,
     make_stepper,
@@ -36,6 +38,8 @@ __all__ = [
     'check_model',
     'check_src',
     'check_max_len',
+    'default_max_len',
+    'check_decoding',
     'decoding_mode',
     'Stepper',
     'make_stepper',

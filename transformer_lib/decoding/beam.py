@@ -1,7 +1,7 @@
 """Generated from book/11_decoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 91bbcaac967988b9
+# digest: 8b992fb09c4a97ad
 # fmt: off
 
 # [book/11_decoding.ipynb, cell 93fe1f50]
@@ -13,9 +13,10 @@ import torch
 import torch.nn.functional as F
 
 from transformer_lib.checks import check_float, check_int
-from transformer_lib.decoding.greedy import DecodingConfig, Seq2SeqModel, make_stepper
-from transformer_lib.decoding.greedy import check_max_len, check_model, check_src
-from transformer_lib.decoding.greedy import decoding_mode
+from transformer_lib.decoding.greedy import DecodingConfig, Seq2SeqModel
+from transformer_lib.decoding.greedy import make_stepper
+from transformer_lib.decoding.greedy import check_decoding, decoding_mode
+from transformer_lib.decoding.greedy import default_max_len
 
 _LENGTH_NORMS = ("gnmt", "power")
 
@@ -26,7 +27,7 @@ def length_penalty_factor(length: int | torch.Tensor, alpha: float, norm: str = 
     ``length`` is the number of generated tokens, eos included and bos not
     (beam_search's ``count_bos=True`` adds one). ``norm="gnmt"``: ((5 + length) / 6) **
     alpha, Wu et al. (2016), the penalty the Transformer paper used with alpha = 0.6.
-    ``norm="power"``: length ** alpha, the notes' form. alpha = 0 gives 1 for
+    ``norm="power"``: length ** alpha, the plain power form. alpha = 0 gives 1 for
     both: raw log-probabilities, which favour short outputs.
     """
     if norm == "gnmt":
@@ -102,7 +103,7 @@ class _Beams:
         ``out_of_room`` (B,): the sentences whose limit is t, closed after the rule. The
         one value a step reads back from the device."""
         worst = self.fin_scores[:, -1]                                     # (B,)
-        if early_stopping:                         # the notes' rule: k finished
+        if early_stopping:                         # k finished (fairseq's rule)
             self.done |= torch.isfinite(worst)
         else:                                      # and no live beam scores better
             self.done |= worst >= self.score(self.live_logp[:, 0], t)
@@ -119,15 +120,16 @@ class _Beams:
         self.finish(self.ys.view(self.B, self.k, t + 1), scores)
         self.done |= closing
 
-    def best(self, n_best: int | None):
-        """(B, T) ids of the best hypotheses, or (ids (B, n, T), scores (B, n))."""
+    def best(self, n_best: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(ids (B, T), scores (B,)) of the best hypotheses, or with ``n_best=n``
+        (ids (B, n, T), scores (B, n))."""
         keep = n_best or 1
         ids, scores = self.fin_ids[:, :keep], self.fin_scores[:, :keep]     # best first
         # the first column is bos, which may be the pad id too (Marian): not counted
         length = 1 + int((ids[..., 1:] != self.pad_id).sum(dim=-1).max())
         ids = ids[..., :length]                            # drop the common padding
         if n_best is None:
-            return ids[:, 0]                                               # (B, T)
+            return ids[:, 0], scores[:, 0]                           # (B, T), (B,)
         return ids, scores
 
 
@@ -136,12 +138,13 @@ def beam_search(model: Seq2SeqModel, src: torch.Tensor, beam_size: int = 4,
                 max_len: int | None = None, length_penalty: float = 0.6,
                 use_cache: bool = True, *, length_norm: str = "gnmt",
                 count_bos: bool = False, early_stopping: bool = False,
-                n_best: int | None = None):
+                n_best: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Beam search over a batch: B sentences × beam_size beams run as one batch.
 
-    src (B, S) -> ids (B, T), the best hypothesis of each sentence, laid out as
-    :func:`greedy_decode`'s output; with ``n_best=n`` (1 <= n <= beam_size),
-    ``(ids (B, n, T), scores (B, n))``, the n best of each sentence, best first.
+    src (B, S) -> ``(ids, scores)``: ids (B, T), the best hypothesis of each sentence,
+    laid out as :func:`greedy_decode`'s output, and scores (B,), its score; with
+    ``n_best=n`` (1 <= n <= beam_size), ids (B, n, T) and scores (B, n), the n best of
+    each sentence, best first. Always the pair, whatever ``n_best``.
 
     * Score of a finished hypothesis: its log-probability divided by
       :func:`length_penalty_factor` (alpha = ``length_penalty``, ``length_norm`` "gnmt"
@@ -153,31 +156,20 @@ def beam_search(model: Seq2SeqModel, src: torch.Tensor, beam_size: int = 4,
     * A sentence is done when it has beam_size finished hypotheses and its best live
       beam, scored at its current length, does not beat the worst of them (exact for
       alpha = 0, a heuristic for alpha > 0); with ``early_stopping=True``, as soon as
-      it has beam_size finished (the notes' rule, also fairseq's). After
+      it has beam_size finished (fairseq's rule). After
       ``max_len`` new tokens the live beams join the finished ones. beam_size = 1 is
       greedy decoding.
 
-    ``max_len`` defaults to min(config.max_len, 2·S + 10) for each sentence, S its own
-    length (pad not counted), not its batch's: a sentence's output does not depend on
-    the batch it is in (one read-back before the loop). pad and bos are never
-    generated; eval mode and no gradients while decoding, as in
-    :func:`greedy_decode`. ``model``: anything with the members of
+    ``max_len`` defaults to :func:`default_max_len` for each sentence,
+    min(config.max_len, 2·S + 10), S its own length (pad not counted), not its batch's:
+    a sentence's output does not depend on the batch it is in (one read-back before the
+    loop). pad and bos are never generated; eval mode and no gradients while decoding,
+    as in :func:`greedy_decode`. ``model``: anything with the members of
     :class:`Seq2SeqModel`.
     """
-    check_model(model)
+    src, max_len = check_decoding(model, src, max_len)
     k = check_int(beam_size, "beam_size")
-    src = check_src(model, src)
-    c = model.config
-    if max_len is None:                  # each sentence its own limit: 2·S + 10
-        lengths = (src != c.pad_id).sum(dim=1)                            # (B,)
-        limit = (2 * lengths + 10).clamp(max=c.max_len)                   # (B,)
-        ends = set(limit.tolist())                # the steps where some run out of room
-        max_len = max(ends)
-    else:
-        max_len = check_max_len(model, max_len)
-        limit = torch.full((src.size(0),), max_len, device=src.device)
-        ends = {max_len}
-    V = c.tgt_vocab_size
+    V, c = model.config.tgt_vocab_size, model.config
     if k > V - len({c.pad_id, c.bos_id, c.eos_id}):
         raise ValueError(f"beam_size={k} is larger than the number of tokens a beam "
                          f"can take (tgt_vocab_size={V} less pad, bos and eos)")
@@ -186,12 +178,34 @@ def beam_search(model: Seq2SeqModel, src: torch.Tensor, beam_size: int = 4,
     if n_best is not None and check_int(n_best, "n_best") > k:
         raise ValueError(f"n_best must be None or an int in [1, beam_size={k}], "
                          f"got {n_best!r}")
+    return beam_search_unchecked(model, src, k, max_len, alpha, bool(use_cache),
+                                 length_norm=length_norm, count_bos=bool(count_bos),
+                                 early_stopping=bool(early_stopping), n_best=n_best)
+
+
+# [book/11_decoding.ipynb, cell e869728c]
+def beam_search_unchecked(model: Seq2SeqModel, src: torch.Tensor, beam_size: int,
+                          max_len: int | None, length_penalty: float,
+                          use_cache: bool = True, *, length_norm: str = "gnmt",
+                          count_bos: bool = False, early_stopping: bool = False,
+                          n_best: int | None = None
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`beam_search` without the checks (made once by the caller): src checked
+    and on the model's device, max_len a checked int or None."""
+    c, k, alpha = model.config, beam_size, length_penalty
+    if max_len is None:                  # each sentence its own limit: 2·S + 10
+        limit = default_max_len((src != c.pad_id).sum(dim=1), c.max_len)  # (B,)
+        ends = set(limit.tolist())                # the steps where some run out of room
+        max_len = max(ends)
+    else:
+        limit = torch.full((src.size(0),), max_len, device=src.device)
+        ends = {max_len}
 
     def score(logp: torch.Tensor, t: int) -> torch.Tensor:        # t generated tokens
         return logp / length_penalty_factor(t + int(count_bos), alpha, length_norm)
 
     with decoding_mode(model):
-        stepper = make_stepper(model, src, bool(use_cache))
+        stepper = make_stepper(model, src, use_cache)
         beams = _Beams(c, src.size(0), k, max_len, score, src.device)
         for t in range(1, max_len + 1):                  # t tokens after this step
             index = beams.advance(stepper.step(beams.ys), t)

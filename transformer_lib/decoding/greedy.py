@@ -1,7 +1,7 @@
 """Generated from book/11_decoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 266904bb25ebd5a6
+# digest: ff1f7930a585d20a
 # fmt: off
 
 # [book/11_decoding.ipynb, cell 5814e656]
@@ -15,6 +15,8 @@ import torch
 
 from transformer_lib.checks import check_int, check_token_ids
 from transformer_lib.masks import padding_mask
+from transformer_lib.training.evaluation import (check_seq2seq, decode_loop,
+                                                 forbid_specials)
 
 
 class DecodingConfig(Protocol):
@@ -70,15 +72,9 @@ def check_model(model: Any) -> None:
     be generated). pad = bos is allowed: Marian models start the decoder from the pad
     token, and the loops never read the first column as padding."""
     own_stepper = callable(getattr(model, "stepper", None))
-    missing = [name for name in ("encode", "decode", "new_cache")
-               if not own_stepper and not callable(getattr(model, name, None))]
-    config = getattr(model, "config", None)
-    missing += [f"config.{name}" for name in _CONFIG_FIELDS
-                if not isinstance(getattr(config, name, None), int)]
-    if missing:
-        raise TypeError(f"model must have encode, decode, new_cache and a config with "
-                        f"integer {', '.join(_CONFIG_FIELDS)} (see Seq2SeqModel); "
-                        f"{type(model).__name__} lacks {', '.join(missing)}")
+    check_seq2seq(model, () if own_stepper else ("encode", "decode", "new_cache"),
+                  _CONFIG_FIELDS)
+    config = model.config
     ids = {name: getattr(config, name) for name in ("pad_id", "bos_id", "eos_id")}
     if ids["eos_id"] in (ids["pad_id"], ids["bos_id"]):
         named = ", ".join(f"{name}={value}" for name, value in ids.items())
@@ -110,6 +106,27 @@ def check_max_len(model: Seq2SeqModel, max_len: Any) -> int:
         raise ValueError(f"max_len={max_len} is larger than the model's positional "
                          f"table (config.max_len={model.config.max_len})")
     return max_len
+
+
+def default_max_len(src_lengths: torch.Tensor,
+                    limit: int | None = None) -> torch.Tensor:
+    """Each sentence's default output length, the most tokens to generate after bos:
+    ``2·S + 10`` for a source of S tokens (pad not counted), capped at ``limit`` (the
+    model's ``config.max_len``). src_lengths (B,) -> (B,). The one place of the rule:
+    a sentence's limit depends on its own length, not on its batch's."""
+    lengths = 2 * src_lengths + 10
+    return lengths if limit is None else lengths.clamp(max=limit)
+
+
+def check_decoding(model: Any, src: Any,
+                   max_len: Any) -> tuple[torch.Tensor, int | None]:
+    """The checks every public decoder makes at its door: :func:`check_model`,
+    :func:`check_src` and, unless it is None (each sentence's own
+    :func:`default_max_len`), :func:`check_max_len`. -> (src on the model's device,
+    max_len)."""
+    check_model(model)
+    src = check_src(model, src)
+    return src, None if max_len is None else check_max_len(model, max_len)
 
 
 # [book/11_decoding.ipynb, cell d985ab8c]
@@ -144,11 +161,10 @@ class Stepper:
 
     def __init__(self, model: Seq2SeqModel, src: torch.Tensor, use_cache: bool = True):
         c = model.config
-        self.model = model
+        self.model, self.config = model, c
         self.src_mask = padding_mask(src, c.pad_id)                   # (B, 1, 1, S)
         self.memory = model.encode(src, self.src_mask)                # (B, S, d_model)
         self.cache = model.new_cache() if use_cache else None
-        self.forbidden = torch.tensor(sorted({c.pad_id, c.bos_id}), device=src.device)
 
     def step(self, ys: torch.Tensor) -> torch.Tensor:
         """Prefixes ys (N, t), bos first -> the next token's logits (N, V)."""
@@ -160,7 +176,7 @@ class Stepper:
             new = ys[:, -1:]                                                   # (N, 1)
             logits = self.model.decode(new, self.memory, self.src_mask, self.cache)
             logits = logits[:, -1]                                             # (N, V)
-        return logits.float().index_fill(-1, self.forbidden, float("-inf"))   # (N, V)
+        return forbid_specials(logits, self.config)                          # (N, V)
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep rows ``index`` (in that order): the beams that survive a step."""
@@ -191,48 +207,56 @@ def start_decoding(model: Seq2SeqModel, src: torch.Tensor,
 
 
 # [book/11_decoding.ipynb, cell c66b2792]
-def greedy_decode(model: Seq2SeqModel, src: torch.Tensor, max_len: int,
+def greedy_decode(model: Seq2SeqModel, src: torch.Tensor, max_len: int | None = None,
                   use_cache: bool = True) -> torch.Tensor:
     """Greedy decoding of a batch: each sentence takes its most probable next token.
 
-    src (B, S) -> ids (B, T), T <= max_len + 1: bos, then at most ``max_len`` tokens; a
-    sentence is padded (pad_id) after its eos, and the loop stops when all have one.
+    src (B, S) -> ids (B, T), T <= max_len + 1: bos, then at most ``max_len`` tokens
+    (None: each sentence its own :func:`default_max_len`, ``2·S + 10``); a sentence is
+    padded (pad_id) after its eos, and the loop stops when all have one.
     pad and bos are never generated. The model runs in eval mode without gradients (its
     mode is restored after); ``src`` is moved to the model's device. ``use_cache=False``
     recomputes the whole prefix at every step: the same tokens, more slowly. ``model``:
     anything with the members of :class:`Seq2SeqModel`.
     """
-    return decode_with(model, src, max_len, lambda logits: logits.argmax(dim=-1),
-                       use_cache)
+    src, max_len = check_decoding(model, src, max_len)
+    return decode_unchecked(model, src, max_len, None, bool(use_cache))
 
 
-def decode_with(model: Seq2SeqModel, src: torch.Tensor, max_len: int,
+def decode_with(model: Seq2SeqModel, src: torch.Tensor, max_len: int | None,
                 choose: Callable[[torch.Tensor], torch.Tensor],
                 use_cache: bool = True) -> torch.Tensor:
-    """The loop every one-hypothesis decoder shares (:func:`greedy_decode`, and
-    :func:`~transformer_lib.decoding.sampling.sample`): at each step ``choose`` turns the
-    next-token logits (B, V) into the next tokens (B,). Checks model, src and max_len;
-    the output is laid out as greedy_decode's. One value per step is read back from the
-    device: whether every sentence has finished."""
-    check_model(model)
-    src = check_src(model, src)
-    max_len = check_max_len(model, max_len)
+    """Chapter 10's loop (``decode_loop`` of ``transformer_lib.training.evaluation``) on
+    a cached stepper, with another rule for the next token: at each step ``choose``
+    turns the next-token logits (B, V) into the next tokens (B,) (the argmax is
+    :func:`greedy_decode`; a draw, :func:`~transformer_lib.decoding.sampling.sample`).
+    Checks model, src and max_len (:func:`check_decoding`); the output is laid out as
+    greedy_decode's."""
+    src, max_len = check_decoding(model, src, max_len)
+    if not callable(choose):
+        raise TypeError(f"choose must be a function of the logits, got {choose!r}")
+    return decode_unchecked(model, src, max_len, choose, bool(use_cache))
+
+
+# [book/11_decoding.ipynb, cell 967cfcce]
+def decode_unchecked(model: Seq2SeqModel, src: torch.Tensor, max_len: int | None,
+                     choose: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                     use_cache: bool = True) -> torch.Tensor:
+    """:func:`decode_with` without the checks (made once by the caller): src checked
+    and on the model's device, max_len a checked int or None (each sentence's own
+    :func:`default_max_len`: one read-back before the loop). ``choose`` None: the
+    argmax."""
     c = model.config
+    limits = None
+    if max_len is None:                  # each sentence its own limit: 2·S + 10
+        limits = default_max_len((src != c.pad_id).sum(dim=1), c.max_len)  # (B,)
+        max_len = int(limits.max())
     with decoding_mode(model):
-        stepper = make_stepper(model, src, bool(use_cache))
-        B = src.size(0)
-        dev = src.device
-        ys = torch.full((B, 1), c.bos_id, dtype=torch.long, device=dev)   # (B, 1)
-        finished = torch.zeros(B, dtype=torch.bool, device=dev)           # (B,)
-        for _ in range(max_len):
-            next_token = choose(stepper.step(ys))                         # (B,)
-            next_token = next_token.masked_fill(finished, c.pad_id)
-            ys = torch.cat([ys, next_token[:, None]], dim=1)              # (B, t + 1)
-            finished |= next_token == c.eos_id
-            # the step's one host-device synchronisation: has every sentence finished?
-            if bool(finished.all()):
-                break
-    return ys
+        stepper = make_stepper(model, src, use_cache)
+        ys = torch.full((src.size(0), 1), c.bos_id, dtype=torch.long,
+                        device=src.device)                                # (B, 1)
+        return decode_loop(stepper.step, ys, c.pad_id, c.eos_id, max_len, choose,
+                           limits)
 
 
 # [book/11_decoding.ipynb, cell 7e01d7c6]
@@ -243,18 +267,18 @@ def token_scores(model: Seq2SeqModel, src: torch.Tensor,
 
     src (B, S) and ids (B, T), T >= 2, laid out as the decoders return them
     (:func:`greedy_decode`, :func:`~transformer_lib.decoding.beam.beam_search`,
-    :func:`~transformer_lib.decoding.sampling.sample`: bos first, pad after a sentence's eos)
-    -> scores (B, T-1), float32: ``scores[b, j] = log p(ids[b, j+1] | ids[b, :j+1],
-    src[b])`` under the distribution the decoders choose from (pad and bos excluded,
-    so such a token scores -inf). The positions after a row's first eos are padding
-    and score 0, so ``scores.sum(-1)`` is each output's log-probability, eos included
-    (a row without eos, cut at max_len, counts every position). Eval mode and no
-    gradients, as the decoders; src and ids are moved to the model's device.
-    ``model``: the members of :class:`Seq2SeqModel` (``encode`` and ``decode`` are
-    used), or a model with a ``stepper`` of its own and a ``model(src, tgt_in)`` that
-    returns the logits of the target positions (the decoder-only model of chapter 13).
-    Raises ValueError, naming the argument, for ids of the wrong shape, outside the
-    vocabulary, not starting with bos, or longer than the model's ``max_len``.
+    :func:`~transformer_lib.decoding.sampling.sample`: bos first, pad after a sentence's
+    eos) -> scores (B, T-1), float32: ``scores[b, j] = log p(ids[b, j+1] | ids[b, :j+1],
+    src[b])`` under the distribution the decoders choose from (pad and bos excluded, so
+    such a token scores -inf). The positions after a row's first eos are padding and
+    score 0, so ``scores.sum(-1)`` is each output's log-probability, eos included (a row
+    without eos, cut at max_len, counts every position). Eval mode and no gradients, as
+    the decoders; src and ids are moved to the model's device. ``model``: the members of
+    :class:`Seq2SeqModel` (``encode`` and ``decode`` are used), or a model with a
+    ``stepper`` of its own and a ``model(src, tgt_in)`` that returns the logits of the
+    target positions (the decoder-only model of chapter 13). Raises ValueError, naming
+    the argument, for ids of the wrong shape, outside the vocabulary, not starting with
+    bos, or longer than the model's ``max_len``.
     """
     check_model(model)
     src = check_src(model, src)
@@ -279,9 +303,7 @@ def token_scores(model: Seq2SeqModel, src: torch.Tensor,
         else:                                     # a model with its own stepper
             forward: Any = model                  # its forward: model(src, tgt_in)
             logits = forward(src, tgt_in)                                 # (B, T-1, V)
-    forbidden = torch.tensor(sorted({c.pad_id, c.bos_id}), device=ids.device)
-    logits = logits.float().index_fill(-1, forbidden, float("-inf"))
-    logp = torch.log_softmax(logits, dim=-1)                              # (B, T-1, V)
+    logp = torch.log_softmax(forbid_specials(logits, c), dim=-1)          # (B, T-1, V)
     scores = logp.gather(-1, generated[..., None])[..., 0]                # (B, T-1)
     # padding: every position after the first eos (an exclusive running count)
     is_eos = (generated == c.eos_id).long()
@@ -296,6 +318,8 @@ __all__ = [
     'check_model',
     'check_src',
     'check_max_len',
+    'default_max_len',
+    'check_decoding',
     'decoding_mode',
     'Stepper',
     'make_stepper',

@@ -1,7 +1,7 @@
 """Generated from book/11_decoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 4f22393161e5cfac
+# digest: 2f3d507db586af8e
 # fmt: off
 
 # [book/11_decoding.ipynb, cell 7ceb45cb]
@@ -12,7 +12,8 @@ from typing import Any
 import torch
 
 from transformer_lib.checks import check_float, check_int, check_probability
-from transformer_lib.decoding.greedy import Seq2SeqModel, decode_with
+from transformer_lib.decoding.greedy import Seq2SeqModel, check_decoding
+from transformer_lib.decoding.greedy import decode_unchecked
 
 
 # how far short of top_p a nucleus's mass may fall by float32 rounding alone
@@ -75,7 +76,7 @@ def _filtered(logits: torch.Tensor, temperature: float, top_k: int,
 
 
 # [book/11_decoding.ipynb, cell c131d097]
-def sample(model: Seq2SeqModel, src: torch.Tensor, max_len: int,
+def sample(model: Seq2SeqModel, src: torch.Tensor, max_len: int | None = None,
            temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
            generator: torch.Generator | None = None,
            use_cache: bool = True) -> torch.Tensor:
@@ -83,23 +84,35 @@ def sample(model: Seq2SeqModel, src: torch.Tensor, max_len: int,
     :func:`sampling_distribution` (temperature, then top-k, then top-p) of the model's
     logits.
 
-    src (B, S) -> ids (B, T), laid out as :func:`greedy_decode`'s output. Pass a
-    ``torch.Generator`` on the model's device for reproducible draws: the same generator
-    state gives the same output, with or without the cache. pad and bos are never
-    generated. ``model`` is any object with the members of :class:`Seq2SeqModel`.
+    src (B, S) -> ids (B, T), laid out as :func:`greedy_decode`'s output (``max_len``
+    None: each sentence's own ``default_max_len``). Pass a ``torch.Generator`` on the
+    model's device for reproducible draws: the same generator state gives the same
+    output, with or without the cache. pad and bos are never generated. ``model`` is
+    any object with the members of :class:`Seq2SeqModel`.
     """
     knobs = _sampling_args(temperature, top_k, top_p)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, "
                         f"got {type(generator).__name__}")
+    src, max_len = check_decoding(model, src, max_len)
+    return sample_unchecked(model, src, max_len, *knobs, generator=generator,
+                            use_cache=bool(use_cache))
+
+
+# [book/11_decoding.ipynb, cell 9cfd68c2]
+def sample_unchecked(model: Seq2SeqModel, src: torch.Tensor, max_len: int | None,
+                     temperature: float, top_k: int, top_p: float, *,
+                     generator: torch.Generator | None = None,
+                     use_cache: bool = True) -> torch.Tensor:
+    """:func:`sample` without the checks (made once by the caller)."""
 
     def draw(logits: torch.Tensor) -> torch.Tensor:                    # (B, V) -> (B,)
-        probs = _filtered(logits, *knobs)
+        probs = _filtered(logits, temperature, top_k, top_p)
         # every row draws, finished or not: the random stream does not depend on which
         # rows have finished
         return torch.multinomial(probs, 1, generator=generator)[:, 0]
 
-    return decode_with(model, src, max_len, draw, use_cache)
+    return decode_unchecked(model, src, max_len, draw, use_cache)
 
 
 __all__ = ['sampling_distribution', 'sample']

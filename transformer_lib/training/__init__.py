@@ -3,7 +3,7 @@
 Generated from book/10_training.ipynb.
 Generated from book/appendix_training_run.ipynb.
 Edit the notebooks, not this file; regenerate with ``python tools/export.py``."""
-# digest: e751e9713cd514c2
+# digest: 0ec2ea2a3ac0646b
 # fmt: off
 
 from transformer_lib.training.batching import (
@@ -22,18 +22,13 @@ from transformer_lib.training.loss import (
 )
 from transformer_lib.training.evaluation import (
     exact_match,
-    amp_dtype,
     evaluate,
 )
 from transformer_lib.training.checkpoint import (
-    unwrap_model,
     capture_rng_state,
     restore_rng_state,
-    RunPosition,
-    epoch_batches,
     NonFiniteError,
     CheckpointError,
-    remove_stale_temporaries,
     save_checkpoint,
     CHECKPOINT_FORMAT,
     load_checkpoint,
@@ -46,6 +41,7 @@ from transformer_lib.training.distributed import (
     is_distributed,
     rank,
     world_size,
+    unwrap_model,
     setup_distributed,
     cleanup_distributed,
     gather_objects,
@@ -58,9 +54,20 @@ from transformer_lib.training.averaging import (
     average_state_dicts,
     average_checkpoints,
 )
+from transformer_lib.training.precision import (
+    PRECISIONS,
+    amp_dtype,
+)
+from transformer_lib.training.position import (
+    RunPosition,
+    epoch_batches,
+)
 from transformer_lib.training.loop import (
     train,
     accumulate_gradients,
+)
+from transformer_lib.training.keeper import (
+    FileKeeper,
 )
 from transformer_lib.training.interrupts import (
     Interrupts,
@@ -78,16 +85,11 @@ __all__ = [
     'reverse_task',
     'LabelSmoothingLoss',
     'exact_match',
-    'amp_dtype',
     'evaluate',
-    'unwrap_model',
     'capture_rng_state',
     'restore_rng_state',
-    'RunPosition',
-    'epoch_batches',
     'NonFiniteError',
     'CheckpointError',
-    'remove_stale_temporaries',
     'save_checkpoint',
     'CHECKPOINT_FORMAT',
     'load_checkpoint',
@@ -96,6 +98,7 @@ __all__ = [
     'is_distributed',
     'rank',
     'world_size',
+    'unwrap_model',
     'setup_distributed',
     'cleanup_distributed',
     'gather_objects',
@@ -103,7 +106,12 @@ __all__ = [
     'TrainConfig',
     'average_state_dicts',
     'average_checkpoints',
+    'PRECISIONS',
+    'amp_dtype',
+    'RunPosition',
+    'epoch_batches',
     'train',
     'accumulate_gradients',
+    'FileKeeper',
     'Interrupts',
 ]

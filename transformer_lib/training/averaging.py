@@ -2,7 +2,7 @@
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: be397afa580a0aaa
+# digest: 22ba09a1d2782b99
 # fmt: off
 
 # [book/10_training.ipynb, cell 6dc35bdc]
@@ -20,7 +20,7 @@ from typing import Any
 from torch import nn
 
 from transformer_lib.training.checkpoint import CheckpointError, load_checkpoint
-from transformer_lib.training.checkpoint import unwrap_model
+from transformer_lib.training.distributed import unwrap_model
 
 
 # [book/10_training.ipynb, cell d66eb254]

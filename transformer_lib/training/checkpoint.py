@@ -2,15 +2,13 @@
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 48add666bedd2672
+# digest: 6797990e3ea16b2b
 # fmt: off
 
 # [book/10_training.ipynb, cell f719df39]
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,18 +19,12 @@ from torch import nn
 # [book/appendix_training_run.ipynb, cell 5dbda8a6]
 import os
 import pickle
-import re
+
+from transformer_lib.training.files import atomic_write
+from transformer_lib.training.distributed import unwrap_model
 
 
 # [book/10_training.ipynb, cell 057c2b56]
-def unwrap_model(model: nn.Module) -> nn.Module:
-    """The model inside a ``DistributedDataParallel`` (or ``DataParallel``) wrapper,
-    else ``model`` itself: what a checkpoint stores, so that it loads with or without
-    DDP."""
-    wrappers = (nn.parallel.DistributedDataParallel, nn.DataParallel)
-    return model.module if isinstance(model, wrappers) else model
-
-
 def capture_rng_state() -> dict[str, Any]:
     """The states of every random number generator a run draws from (torch, CUDA,
     Python, NumPy), as tensors and plain values only, so that
@@ -60,71 +52,6 @@ def restore_rng_state(state: dict[str, Any]) -> None:
     cuda = state.get("cuda")
     if cuda is not None and len(cuda) == torch.cuda.device_count() > 0:
         torch.cuda.set_rng_state_all([s.cpu() for s in cuda])
-
-
-# [book/10_training.ipynb, cell bd7c4c73]
-@dataclass
-class RunPosition:
-    """Where a training run stands: ``step`` (updates made), ``epoch``, ``in_epoch``
-    (batches of the epoch used), ``epoch_rng`` (the RNG state the epoch's shuffle
-    started from) and, right after a resume, ``resume_rng`` (the RNG state to go on
-    from)."""
-
-    step: int = 0
-    epoch: int = 0
-    in_epoch: int = 0
-    epoch_rng: dict[str, Any] | None = None
-    resume_rng: dict[str, Any] | None = None
-
-    # [book/appendix_training_run.ipynb, cell 2f269f38]
-    @classmethod
-    def from_checkpoint(cls, state: dict[str, Any], rank: int = 0,
-                        world_size: int = 1) -> RunPosition:
-        """The position in a checkpoint that ``train`` wrote (see
-        :func:`load_checkpoint`), for process ``rank`` of ``world_size``: with that
-        process's own random states when the checkpoint holds one entry per process
-        (``extra["ranks"]``), else with those of the process that wrote it. A
-        checkpoint of N processes raises :class:`CheckpointError` for another
-        ``world_size``."""
-        extra = state["extra"]
-        if not {"epoch", "in_epoch", "epoch_rng"} <= extra.keys():
-            raise CheckpointError("the checkpoint holds no position in an epoch: it "
-                                  "was not written by train()")
-        rng, epoch_rng, ranks = state["rng"], extra["epoch_rng"], extra.get("ranks")
-        if ranks is not None:
-            if not isinstance(ranks, list) or len(ranks) != world_size:
-                n = len(ranks) if isinstance(ranks, list) else "?"
-                raise CheckpointError(
-                    f"the checkpoint holds the random states of {n} process(es), "
-                    f"this run has {world_size}: it resumes exactly only with {n}")
-            rng, epoch_rng = ranks[rank]["rng"], ranks[rank]["epoch_rng"]
-        return cls(state["step"], extra["epoch"], extra["in_epoch"], epoch_rng,
-                   resume_rng=rng)
-
-
-def epoch_batches(loader: Iterable, position: RunPosition) -> Iterator:
-    """The batches of epoch ``position.epoch`` of ``loader``, from ``position.in_epoch``
-    on, in the order an uninterrupted run saw them."""
-    if position.epoch_rng is None:
-        position.epoch_rng = capture_rng_state()     # the state the shuffle starts from
-    else:
-        restore_rng_state(position.epoch_rng)        # resuming: replay the shuffle
-    for name in ("batch_sampler", "sampler"):
-        set_epoch = getattr(getattr(loader, name, None), "set_epoch", None)
-        if callable(set_epoch):
-            set_epoch(position.epoch)
-    batches = iter(loader)
-    for used in range(position.in_epoch):            # resuming: skip the batches used
-        if next(batches, None) is None:
-            raise ValueError(
-                f"cannot resume at batch {position.in_epoch} of epoch "
-                f"{position.epoch}: the loader gives only {used} batches in that "
-                "epoch (other data or another batch size than the run that was "
-                "saved?)")
-    if position.resume_rng is not None:              # ... and go on from the stop
-        restore_rng_state(position.resume_rng)
-        position.resume_rng = None
-    return batches
 
 
 # [book/10_training.ipynb, cell 587287c7]
@@ -161,27 +88,6 @@ def _non_finite(state: Any, prefix: str) -> list[str]:
     return sorted(bad)
 
 
-def remove_stale_temporaries(path: str) -> None:
-    """Delete the temporary files ``<path>.tmp<pid>`` that a killed write left
-    behind (those of a process that is still running are left alone)."""
-    folder, name = os.path.split(os.path.abspath(path))
-    for entry in os.listdir(folder):
-        match = re.fullmatch(re.escape(name) + r"\.tmp(\d+)", entry)
-        if match is None or os.name != "posix":
-            continue
-        try:
-            os.kill(int(match.group(1)), 0)      # signal 0: is that process alive?
-            continue
-        except ProcessLookupError:
-            pass
-        except (PermissionError, OverflowError):
-            continue
-        try:
-            os.remove(os.path.join(folder, entry))
-        except OSError:
-            pass
-
-
 # [book/appendix_training_run.ipynb, cell b75942ff]
 def save_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: Any = None,
                     scheduler: Any = None, scaler: Any = None, step: int = 0,
@@ -189,11 +95,11 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: Any = 
     """Write model, optimizer, scheduler and GradScaler states, the step, the RNG states
     (torch, CUDA, Python, NumPy), the model's config (when it has a ``config`` with
     ``to_dict``) and any ``extra`` plain values (numbers, strings, lists, dicts,
-    tensors) to ``path`` with ``torch.save``, atomically (a temporary file, then a
-    rename). Weights or optimizer state holding NaN or inf raise
-    :class:`NonFiniteError` and leave the file at ``path`` as it was. Temporary files
-    of earlier writes that were killed are removed. Under DDP call it on one rank
-    (``train`` uses rank 0)."""
+    tensors) to ``path`` with ``torch.save``, atomically (``atomic_write``: a
+    temporary file, flushed, then renamed). Weights or optimizer state holding NaN or
+    inf raise :class:`NonFiniteError` and leave the file at ``path`` as it was.
+    Temporary files of earlier writes that were killed are removed. Under DDP call it
+    on one rank (``train`` uses rank 0)."""
     net = unwrap_model(model)
     path = os.fspath(path)
     bad = _non_finite(net.state_dict(), "model")
@@ -216,14 +122,7 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: Any = 
         "extra": extra,
     }
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    remove_stale_temporaries(path)
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        torch.save(state, tmp)
-        os.replace(tmp, path)                # atomic: the old file or the new, not half
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    atomic_write(path, lambda tmp: torch.save(state, tmp))
 
 
 CHECKPOINT_FORMAT = "transformer_lib checkpoint 1"
@@ -340,14 +239,10 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module | None = None,
 
 
 __all__ = [
-    'unwrap_model',
     'capture_rng_state',
     'restore_rng_state',
-    'RunPosition',
-    'epoch_batches',
     'NonFiniteError',
     'CheckpointError',
-    'remove_stale_temporaries',
     'save_checkpoint',
     'CHECKPOINT_FORMAT',
     'load_checkpoint',

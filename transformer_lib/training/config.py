@@ -1,7 +1,7 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 9ee3f9b5536795f2
+# digest: ffc807c340d7a7c6
 # fmt: off
 
 # [book/10_training.ipynb, cell 18265bcd]
@@ -15,7 +15,7 @@ from typing import Any
 from torch import nn
 
 from transformer_lib.checks import check_float, check_int
-from transformer_lib.training.evaluation import amp_dtype
+from transformer_lib.training.precision import amp_dtype
 
 
 # [book/10_training.ipynb, cell b1d8d4cf]
@@ -47,13 +47,18 @@ class TrainConfig:
     and a stop when ``stop_fn(that dict)`` is true; gradients clipped to ``clip_norm``
     (None: not clipped); ``accum_steps`` batches per update; ``amp`` ``"bf16"`` or
     ``"fp16"`` (with a GradScaler); the loss logged every ``log_every`` steps; a tqdm
-    bar on rank 0 when ``progress``. At the start, every ``checkpoint_every`` steps and
-    at the end, rank 0 writes a checkpoint to ``checkpoint_path``, with every rank's
-    random states; with a ``checkpoint_path``, Ctrl-C and SIGTERM write one of the last
-    finished update, then go on to their previous handler; ``resume_from`` (if the file
-    exists) continues a run exactly, and refuses a checkpoint of another model, of a
-    loader with another number of batches per epoch or of another number of processes
-    (:class:`CheckpointError`)."""
+    bar on rank 0 when ``progress``; ``on_step(step, record)`` called after every update
+    on every rank, with the update's step number (counting those of a resumed run) and,
+    when the update is logged (every ``log_every`` steps, the first update of the run
+    and the last), the record ``{"step": int, "loss": float, "lr": float}`` (the mean
+    training loss since the last log, the learning rate of the update), else None (the
+    record of the first update is not added to the history). At the start, every
+    ``checkpoint_every`` steps and at the end, rank 0 writes a checkpoint to
+    ``checkpoint_path``, with every rank's random states; with a ``checkpoint_path``,
+    Ctrl-C and SIGTERM write one of the last finished update, then go on to their
+    previous handler; ``resume_from`` (if the file exists) continues a run exactly, and
+    refuses a checkpoint of another model, of a loader with another number of batches
+    per epoch or of another number of processes (:class:`CheckpointError`)."""
 
     steps: int
     val_loader: Iterable | None = None
@@ -68,6 +73,7 @@ class TrainConfig:
     checkpoint_every: int = 0
     resume_from: str | os.PathLike | None = None
     progress: bool = True
+    on_step: Callable[[int, dict | None], None] | None = None
 
     def __post_init__(self) -> None:
         self.steps = check_int(self.steps, "steps", minimum=0)
@@ -77,7 +83,9 @@ class TrainConfig:
         self.checkpoint_every = check_int(self.checkpoint_every, "checkpoint_every", 0)
         if self.clip_norm is not None:
             self.clip_norm = check_float(self.clip_norm, "clip_norm", 0, low_open=True)
-        amp_dtype(self.amp)                          # a ValueError names a bad amp
+        amp_dtype(self.amp, "amp")                   # a ValueError names a bad amp
+        if self.on_step is not None and not callable(self.on_step):
+            raise TypeError(f"on_step must be callable, got {self.on_step!r}")
 
     def due(self, every: int, step: int) -> bool:
         """Whether a task done every ``every`` steps falls after update ``step``."""

@@ -2,13 +2,14 @@
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 67ce5a56c9617b39
+# digest: 455bb9a559c12baa
 # fmt: off
 
 # [book/10_training.ipynb, cell 94c0227a]
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 
 # [book/appendix_training_run.ipynb, cell c944cff5]
@@ -33,6 +34,14 @@ def rank() -> int:
 def world_size() -> int:
     """The number of processes in the group; 1 without a group."""
     return torch.distributed.get_world_size() if is_distributed() else 1
+
+
+def unwrap_model(model: nn.Module) -> nn.Module:
+    """The model inside a ``DistributedDataParallel`` (or ``DataParallel``) wrapper,
+    else ``model`` itself: what a checkpoint stores, so that it loads with or without
+    DDP."""
+    wrappers = (nn.parallel.DistributedDataParallel, nn.DataParallel)
+    return model.module if isinstance(model, wrappers) else model
 
 
 # [book/appendix_training_run.ipynb, cell 4306c6a6]
@@ -75,6 +84,7 @@ __all__ = [
     'is_distributed',
     'rank',
     'world_size',
+    'unwrap_model',
     'setup_distributed',
     'cleanup_distributed',
     'gather_objects',

@@ -2,19 +2,17 @@
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: dc31d3b5e7673f63
+# digest: 204dc72cc6e9227c
 # fmt: off
 
 # [book/10_training.ipynb, cell 4bdf88f1]
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -22,20 +20,18 @@ from torch import nn
 from tqdm import tqdm
 
 from transformer_lib.training.batching import Batch
-from transformer_lib.training.checkpoint import NonFiniteError, RunPosition, epoch_batches
 from transformer_lib.training.checkpoint import capture_rng_state, restore_rng_state
-from transformer_lib.training.checkpoint import unwrap_model
-from transformer_lib.training.evaluation import amp_dtype, evaluate
-from transformer_lib.training.loss import LabelSmoothingLoss
+from transformer_lib.training.position import RunPosition, epoch_batches
+from transformer_lib.training.evaluation import evaluate
+from transformer_lib.training.precision import amp_dtype
 from transformer_lib.training.distributed import is_distributed, rank, world_size
 from transformer_lib.training.config import TrainConfig, TrainHistory
+from transformer_lib.training.keeper import Keeper
+from transformer_lib.training.run import LossLog, Run
 
 
-# [book/appendix_training_run.ipynb, cell 1b1bfd1d]
-from transformer_lib.training.checkpoint import CheckpointError, load_checkpoint
-from transformer_lib.training.checkpoint import save_checkpoint
-from transformer_lib.training.distributed import gather_objects
-from transformer_lib.training.interrupts import Interrupts
+# [book/appendix_training_run.ipynb, cell 46155bff]
+from transformer_lib.training.keeper import FileKeeper
 
 
 # [book/10_training.ipynb, cell db12398f]
@@ -47,6 +43,7 @@ def train(model: nn.Module, train_loader: Iterable, optimizer: torch.optim.Optim
           accum_steps: int = 1, amp: str | None = None, log_every: int = 10,
           checkpoint_path: str | os.PathLike | None = None, checkpoint_every: int = 0,
           resume_from: str | os.PathLike | None = None, progress: bool = True,
+          on_step: Callable[[int, dict | None], None] | None = None,
           config: TrainConfig | None = None) -> TrainHistory:
     """Train ``model`` for ``steps`` optimizer updates (in total, counting those of a
     resumed run) on the batches of ``train_loader`` (``src, tgt_in, tgt_out``, see
@@ -58,10 +55,11 @@ def train(model: nn.Module, train_loader: Iterable, optimizer: torch.optim.Optim
     ``accum_steps`` batches weighted by their target tokens
     (:func:`accumulate_gradients`); ``clip_grad_norm_(clip_norm)``;
     ``optimizer.step()``, then ``scheduler.step()``. Every ``val_every`` steps and at
-    the end: the loss on ``val_loader`` and ``val_fn(model)``; ``stop_fn(record)``
-    stops early. A non-finite loss or non-finite weights raise
-    :class:`NonFiniteError` (the checkpoint file keeps the last finite state). The
-    settings, checkpoints and resuming included: :class:`TrainConfig`. Under
+    the end: the loss on ``val_loader`` and ``val_fn(model)``; ``stop_fn(record)`` stops
+    early. ``on_step(step, record)`` is called after every update (``record``: the
+    logged ``{"step", "loss", "lr"}``, else None). A non-finite loss or non-finite
+    weights raise :class:`NonFiniteError` (the checkpoint file keeps the last finite
+    state). The settings, checkpoints and resuming included: :class:`TrainConfig`. Under
     ``torchrun`` (after :func:`setup_distributed`) the model is wrapped in
     ``DistributedDataParallel``, and the loader's sampler must split the data by rank
     (:class:`TokenBucketSampler` does)."""
@@ -69,10 +67,10 @@ def train(model: nn.Module, train_loader: Iterable, optimizer: torch.optim.Optim
                     val_fn=val_fn, stop_fn=stop_fn, clip_norm=clip_norm,
                     accum_steps=accum_steps, amp=amp, log_every=log_every,
                     checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
-                    resume_from=resume_from, progress=progress)
-    run = _Run.start(model, optimizer, scheduler, loss_fn, cfg)
+                    resume_from=resume_from, progress=progress, on_step=on_step)
+    run = Run.start(model, optimizer, scheduler, loss_fn, cfg)
     run.epoch_length = _length(train_loader)
-    keeper, history, losses = _KEEPER(run), TrainHistory(), _LossLog(run.device)
+    keeper, history, losses = _KEEPER(run), TrainHistory(), LossLog(run.device)
     pos = keeper.start(losses)                       # step 0, or where a run stopped
     t0 = time.perf_counter()
     with keeper.guard(pos, losses), _progress(cfg, pos.step) as bar:
@@ -84,41 +82,6 @@ def train(model: nn.Module, train_loader: Iterable, optimizer: torch.optim.Optim
     history.interrupted = keeper.signum is not None
     keeper.deliver()
     return history
-
-
-# [book/10_training.ipynb, cell 13cc1439]
-@dataclass
-class _Run:
-    """The objects of one run of :func:`train`, handed to its pieces."""
-
-    model: nn.Module          # what a step calls: the DDP wrapper under torchrun
-    net: nn.Module            # the model itself: what is validated and saved
-    optimizer: torch.optim.Optimizer
-    scheduler: Any
-    scaler: torch.amp.GradScaler | None
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-    config: TrainConfig
-    device: torch.device
-    pad_id: int | None = 0             # what the loss counts as no target
-    epoch_length: int | None = None    # batches per epoch, if the loader has a len()
-    busy: bool = False                 # inside an update (its state is half-made)
-
-    @classmethod
-    def start(cls, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
-              loss_fn: Callable | None, config: TrainConfig) -> _Run:
-        net = unwrap_model(model)
-        device = next(net.parameters()).device
-        pad = getattr(getattr(net, "config", None), "pad_id", 0)
-        if loss_fn is None:
-            loss_fn = LabelSmoothingLoss(0.1, pad_id=pad)
-        pad = getattr(loss_fn, "pad_id", pad)        # a loss that names its pad id
-        fp16 = amp_dtype(config.amp) is torch.float16
-        scaler = torch.amp.GradScaler(device.type) if fp16 else None
-        if is_distributed() and model is net:
-            ids = [device.index] if device.type == "cuda" else None
-            model = nn.parallel.DistributedDataParallel(model, device_ids=ids)
-        return cls(model, net, optimizer, scheduler, scaler, loss_fn, config, device,
-                   pad)
 
 
 # [book/10_training.ipynb, cell e2eb7979]
@@ -160,7 +123,7 @@ def accumulate_gradients(model: nn.Module, batches: Sequence[Batch], loss_fn: Ca
     return logged / local.clamp(min=1)
 
 
-def _update(run: _Run, batches: list[Batch]) -> tuple[torch.Tensor, float]:
+def _update(run: Run, batches: list[Batch]) -> tuple[torch.Tensor, float]:
     """One update on ``batches`` (accum_steps micro-batches) -> (their token-weighted
     loss, on the device; the learning rate)."""
     moved = [Batch(*b).to(run.device, non_blocking=True) for b in batches]
@@ -182,41 +145,8 @@ def _update(run: _Run, batches: list[Batch]) -> tuple[torch.Tensor, float]:
     return loss, lr
 
 
-# [book/10_training.ipynb, cell 51caf1f3]
-class _LossLog:
-    """The training loss summed on the device over a logging interval; :meth:`write`
-    reads it back (the interval's one host-device synchronisation) and records it."""
-
-    def __init__(self, device: torch.device):
-        self.total = torch.zeros((), device=device)
-        self.count = 0
-
-    def add(self, loss: torch.Tensor) -> None:
-        self.total += loss                           # queued on the device, not read
-        self.count += 1
-
-    def check(self, step: int) -> float:
-        """The mean loss of the interval (read back); NonFiniteError if not finite."""
-        mean = float(self.total) / max(self.count, 1)
-        if not math.isfinite(mean):
-            first = step - self.count + 1
-            raise NonFiniteError(f"the training loss is {mean} at step {step} (it "
-                                 f"turned non-finite in the steps {first}-{step})")
-        return mean
-
-    def write(self, history: TrainHistory, bar: Any, step: int, lr: float) -> None:
-        mean = self.check(step)                      # the read-back
-        self.total.zero_()
-        self.count = 0
-        history.step.append(step)
-        history.loss.append(mean)
-        history.lr.append(lr)
-        if bar is not None:
-            bar.set_postfix(loss=f"{mean:.4f}", lr=f"{lr:.3g}", refresh=False)
-
-
 # [book/10_training.ipynb, cell edb236d5]
-def _validate(run: _Run, step: int, history: TrainHistory, bar: Any) -> bool:
+def _validate(run: Run, step: int, history: TrainHistory, bar: Any) -> bool:
     """Validate after update ``step`` into ``history``; True if ``stop_fn`` says
     stop."""
     cfg = run.config
@@ -239,11 +169,11 @@ def _validate(run: _Run, step: int, history: TrainHistory, bar: Any) -> bool:
 
 
 # [book/10_training.ipynb, cell d3c31d48]
-def _loop(run: _Run, loader: Iterable, pos: RunPosition, history: TrainHistory,
-          losses: _LossLog, bar: Any, keeper: _Keeper) -> bool:
+def _loop(run: Run, loader: Iterable, pos: RunPosition, history: TrainHistory,
+          losses: LossLog, bar: Any, keeper: Keeper) -> bool:
     """Updates from ``pos`` (moved along in place) to ``steps``; True if stopped by
     ``stop_fn``."""
-    cfg = run.config
+    cfg, first = run.config, pos.step + 1
     run.model.train()
     while pos.step < cfg.steps and keeper.signum is None:
         for group in _groups(epoch_batches(loader, pos), cfg.accum_steps):
@@ -252,8 +182,13 @@ def _loop(run: _Run, loader: Iterable, pos: RunPosition, history: TrainHistory,
             pos.step, pos.in_epoch = pos.step + 1, pos.in_epoch + len(group)
             run.busy = False
             losses.add(loss)
+            record = None
             if pos.step % cfg.log_every == 0 or pos.step == cfg.steps:
-                losses.write(history, bar, pos.step, lr)
+                record = losses.write(history, bar, pos.step, lr)
+            elif pos.step == first and cfg.on_step is not None:   # an early sign
+                record = {"step": pos.step, "loss": losses.check(pos.step), "lr": lr}
+            if cfg.on_step is not None:
+                cfg.on_step(pos.step, record)
             if bar is not None:
                 bar.update(1)
             if cfg.due(cfg.val_every, pos.step) and _validate(run, pos.step, history,
@@ -281,43 +216,8 @@ def _groups(batches: Iterable, k: int) -> Iterator[list]:
         yield group
 
 
-# [book/10_training.ipynb, cell 09b65e47]
-class _Keeper:
-    """What keeps a run of :func:`train` across interruptions. This one keeps nothing:
-    the run starts at step 0, writes no checkpoint and leaves Ctrl-C alone. The
-    appendix "A training run that survives" subclasses it with checkpoints, resuming
-    and signal handling, and installs its keeper as ``_KEEPER``."""
-
-    @property
-    def signum(self) -> int | None:
-        """A noted Ctrl-C or SIGTERM (the loop stops after the update); None here."""
-        return None
-
-    def __init__(self, run: _Run):
-        if run.config.checkpoint_path or run.config.resume_from is not None:
-            raise ValueError("checkpoint_path and resume_from need the keeper of the "
-                             "appendix (import train from transformer_lib)")
-        self.run = run
-
-    def start(self, losses: _LossLog) -> RunPosition:
-        """Where the run starts: step 0 (the appendix: where a checkpoint stopped)."""
-        return RunPosition()
-
-    def guard(self, pos: RunPosition, losses: _LossLog) -> Any:
-        """A context around the updates (the appendix notes signals in it)."""
-        return contextlib.nullcontext()
-
-    def after_update(self, pos: RunPosition, losses: _LossLog) -> None:
-        """Called after each update (the appendix: a checkpoint, when one is due)."""
-
-    def finish(self, pos: RunPosition, losses: _LossLog) -> None:
-        """Called at the end of the run (the appendix writes the last checkpoint)."""
-
-    def deliver(self) -> None:
-        """Called last (the appendix hands a noted signal on)."""
-
-
-_KEEPER: type[_Keeper] = _Keeper     # the appendix sets its own
+# [book/10_training.ipynb, cell 813f6afd]
+_KEEPER: type[Keeper] = Keeper       # the keeper train uses; the appendix sets its own
 
 
 # [book/10_training.ipynb, cell 0fedf3eb]
@@ -357,112 +257,8 @@ def _progress(cfg: TrainConfig, start: int) -> Iterator[Any]:
             bar.close()
 
 
-# [book/appendix_training_run.ipynb, cell e70db9bd]
-class _FileKeeper(_Keeper):
-    """The keeper of a run with ``checkpoint_path`` or ``resume_from``: it resumes,
-    writes checkpoints (at the start, every ``checkpoint_every`` steps, at the end, and
-    on Ctrl-C or SIGTERM), and names the last good checkpoint when the run fails."""
-
-    def __init__(self, run: _Run):
-        self.run = run
-        self.saved_step: int | None = None           # the step of the last checkpoint
-        self.interrupts = Interrupts(bool(run.config.checkpoint_path))
-
-    @property
-    def signum(self) -> int | None:
-        return self.interrupts.signum
-
-    def start(self, losses: _LossLog) -> RunPosition:
-        pos = self.resume()
-        if pos.step == 0 and self.run.config.checkpoint_path:  # resumable from step 0
-            pos.epoch_rng = capture_rng_state()      # (what the epoch would record)
-            self.save(pos, losses)
-        return pos
-
-    def after_update(self, pos: RunPosition, losses: _LossLog) -> None:
-        if self.run.config.due(self.run.config.checkpoint_every, pos.step):
-            self.save(pos, losses)
-
-    def finish(self, pos: RunPosition, losses: _LossLog) -> None:
-        self.save(pos, losses, barrier=self.signum is None)
-
-    def deliver(self) -> None:
-        self.interrupts.deliver()                     # the signal goes on
-
-    # [book/appendix_training_run.ipynb, cell 2822ea7a]
-    @contextlib.contextmanager
-    def guard(self, pos: RunPosition, losses: _LossLog) -> Iterator[None]:
-        """Signals noted while the updates run; an interrupt between two updates saves
-        that step; a non-finite run says which checkpoint still holds a good state."""
-        with self.interrupts:
-            try:
-                yield
-            except KeyboardInterrupt:                # between two updates: save
-                if self.run.config.checkpoint_path and not self.run.busy:
-                    self.save(pos, losses, barrier=False)
-                raise
-            except NonFiniteError as exc:
-                raise NonFiniteError(f"{exc}; {self.kept()}") from None
-
-    def kept(self) -> str:
-        """What the checkpoint file holds after a run failed."""
-        path = self.run.config.checkpoint_path
-        if not path:
-            return "no checkpoint_path was given"
-        if self.saved_step is None:
-            return f"{os.fspath(path)} was not written by this run"
-        return (f"{os.fspath(path)} holds step {self.saved_step}, the last checkpoint "
-                "written with finite weights and losses: resume from it (a lower "
-                "learning rate or a longer warm-up may avoid the blow-up)")
-
-    # [book/appendix_training_run.ipynb, cell 6a86d045]
-    def save(self, pos: RunPosition, losses: _LossLog, barrier: bool = True) -> None:
-        """Checkpoint the run at ``pos`` to ``checkpoint_path``, if there is one, after
-        checking the losses not yet logged (save_checkpoint checks the weights). It
-        holds the random states of every rank, except after an interrupt under DDP (no
-        ``barrier``: the ranks may not all be here), where it holds rank 0's only."""
-        run, path = self.run, self.run.config.checkpoint_path
-        if not path:
-            return
-        losses.check(pos.step)
-        ranks = None
-        if barrier or not is_distributed():          # a collective: all ranks are here
-            here = {"rng": capture_rng_state(), "epoch_rng": pos.epoch_rng}
-            ranks = gather_objects(here)
-        if rank() == 0:
-            save_checkpoint(path, run.net, run.optimizer, run.scheduler, run.scaler,
-                            pos.step, epoch=pos.epoch, in_epoch=pos.in_epoch,
-                            epoch_rng=pos.epoch_rng,
-                            batches_per_epoch=run.epoch_length, ranks=ranks)
-            self.saved_step = pos.step
-        if barrier and is_distributed():
-            torch.distributed.barrier()
-
-    # [book/appendix_training_run.ipynb, cell 55eaff00]
-    def resume(self) -> RunPosition:
-        """The position in ``resume_from`` with every state loaded, or the start (no
-        file). Everything is checked before anything is loaded."""
-        run, path = self.run, self.run.config.resume_from
-        if path is None or not os.path.exists(path):
-            return RunPosition()
-        state = load_checkpoint(path, map_location=run.device)     # read and checked
-        try:
-            position = RunPosition.from_checkpoint(state, rank(), world_size())
-        except CheckpointError as exc:
-            raise CheckpointError(f"{os.fspath(path)}: {exc}") from None
-        saved, here = state["extra"].get("batches_per_epoch"), run.epoch_length
-        if saved is not None and here is not None and saved != here:
-            raise CheckpointError(
-                f"{os.fspath(path)}: the run was saved with {saved} batches per epoch, "
-                f"this train_loader gives {here} (other data, another batch size or "
-                "another number of processes): it cannot be resumed exactly")
-        load_checkpoint(path, run.net, run.optimizer, run.scheduler, run.scaler,
-                        map_location=run.device)
-        return position
-
-
 # [book/appendix_training_run.ipynb, cell 7c4178a0]
-_KEEPER = _FileKeeper                # train keeps every run with this keeper
+_KEEPER = FileKeeper                 # train keeps every run with this keeper
 
 
 __all__ = ['train', 'accumulate_gradients']

@@ -1,0 +1,172 @@
+"""Generated from book/10_training.ipynb: edit the notebook, not this file.
+Extended by book/appendix_training_run.ipynb.
+
+Regenerate with ``python tools/export.py``."""
+# digest: a7d449afaa32b24c
+# fmt: off
+
+# [book/10_training.ipynb, cell 1ae85b79]
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from transformer_lib.training.position import RunPosition
+from transformer_lib.training.run import LossLog, Run
+
+
+# [book/appendix_training_run.ipynb, cell 1b1bfd1d]
+import os
+from collections.abc import Iterator
+
+import torch
+
+from transformer_lib.training.checkpoint import CheckpointError, NonFiniteError
+from transformer_lib.training.checkpoint import capture_rng_state, load_checkpoint
+from transformer_lib.training.checkpoint import save_checkpoint
+from transformer_lib.training.distributed import gather_objects, is_distributed, rank
+from transformer_lib.training.distributed import world_size
+from transformer_lib.training.interrupts import Interrupts
+
+
+# [book/10_training.ipynb, cell 09b65e47]
+class Keeper:
+    """What keeps a run of :func:`train` across interruptions. This one keeps nothing:
+    the run starts at step 0, writes no checkpoint and leaves Ctrl-C alone. The
+    appendix "A training run that survives" subclasses it with checkpoints, resuming
+    and signal handling, and the library's ``train`` uses that one."""
+
+    @property
+    def signum(self) -> int | None:
+        """A noted Ctrl-C or SIGTERM (the loop stops after the update); None here."""
+        return None
+
+    def __init__(self, run: Run):
+        if run.config.checkpoint_path or run.config.resume_from is not None:
+            raise ValueError("checkpoint_path and resume_from need the keeper of the "
+                             "appendix (import train from transformer_lib)")
+        self.run = run
+
+    def start(self, losses: LossLog) -> RunPosition:
+        """Where the run starts: step 0 (the appendix: where a checkpoint stopped)."""
+        return RunPosition()
+
+    def guard(self, pos: RunPosition, losses: LossLog) -> Any:
+        """A context around the updates (the appendix notes signals in it)."""
+        return contextlib.nullcontext()
+
+    def after_update(self, pos: RunPosition, losses: LossLog) -> None:
+        """Called after each update (the appendix: a checkpoint, when one is due)."""
+
+    def finish(self, pos: RunPosition, losses: LossLog) -> None:
+        """Called at the end of the run (the appendix writes the last checkpoint)."""
+
+    def deliver(self) -> None:
+        """Called last (the appendix hands a noted signal on)."""
+
+
+# [book/appendix_training_run.ipynb, cell e70db9bd]
+class FileKeeper(Keeper):
+    """The keeper of a run with ``checkpoint_path`` or ``resume_from``: it resumes,
+    writes checkpoints (at the start, every ``checkpoint_every`` steps, at the end, and
+    on Ctrl-C or SIGTERM), and names the last good checkpoint when the run fails."""
+
+    def __init__(self, run: Run):
+        self.run = run
+        self.saved_step: int | None = None           # the step of the last checkpoint
+        self.interrupts = Interrupts(bool(run.config.checkpoint_path))
+
+    @property
+    def signum(self) -> int | None:
+        return self.interrupts.signum
+
+    def start(self, losses: LossLog) -> RunPosition:
+        pos = self.resume()
+        if pos.step == 0 and self.run.config.checkpoint_path:  # resumable from step 0
+            pos.epoch_rng = capture_rng_state()      # (what the epoch would record)
+            self.save(pos, losses)
+        return pos
+
+    def after_update(self, pos: RunPosition, losses: LossLog) -> None:
+        if self.run.config.due(self.run.config.checkpoint_every, pos.step):
+            self.save(pos, losses)
+
+    def finish(self, pos: RunPosition, losses: LossLog) -> None:
+        self.save(pos, losses, barrier=self.signum is None)
+
+    def deliver(self) -> None:
+        self.interrupts.deliver()                     # the signal goes on
+
+    # [book/appendix_training_run.ipynb, cell 2822ea7a]
+    @contextlib.contextmanager
+    def guard(self, pos: RunPosition, losses: LossLog) -> Iterator[None]:
+        """Signals noted while the updates run; an interrupt between two updates saves
+        that step; a non-finite run says which checkpoint still holds a good state."""
+        with self.interrupts:
+            try:
+                yield
+            except KeyboardInterrupt:                # between two updates: save
+                if self.run.config.checkpoint_path and not self.run.busy:
+                    self.save(pos, losses, barrier=False)
+                raise
+            except NonFiniteError as exc:
+                raise NonFiniteError(f"{exc}; {self.kept()}") from None
+
+    def kept(self) -> str:
+        """What the checkpoint file holds after a run failed."""
+        path = self.run.config.checkpoint_path
+        if not path:
+            return "no checkpoint_path was given"
+        if self.saved_step is None:
+            return f"{os.fspath(path)} was not written by this run"
+        return (f"{os.fspath(path)} holds step {self.saved_step}, the last checkpoint "
+                "written with finite weights and losses: resume from it (a lower "
+                "learning rate or a longer warm-up may avoid the blow-up)")
+
+    # [book/appendix_training_run.ipynb, cell 6a86d045]
+    def save(self, pos: RunPosition, losses: LossLog, barrier: bool = True) -> None:
+        """Checkpoint the run at ``pos`` to ``checkpoint_path``, if there is one, after
+        checking the losses not yet logged (save_checkpoint checks the weights). It
+        holds the random states of every rank, except after an interrupt under DDP (no
+        ``barrier``: the ranks may not all be here), where it holds rank 0's only."""
+        run, path = self.run, self.run.config.checkpoint_path
+        if not path:
+            return
+        losses.check(pos.step)
+        ranks = None
+        if barrier or not is_distributed():          # a collective: all ranks are here
+            here = {"rng": capture_rng_state(), "epoch_rng": pos.epoch_rng}
+            ranks = gather_objects(here)
+        if rank() == 0:
+            save_checkpoint(path, run.net, run.optimizer, run.scheduler, run.scaler,
+                            pos.step, epoch=pos.epoch, in_epoch=pos.in_epoch,
+                            epoch_rng=pos.epoch_rng,
+                            batches_per_epoch=run.epoch_length, ranks=ranks)
+            self.saved_step = pos.step
+        if barrier and is_distributed():
+            torch.distributed.barrier()
+
+    # [book/appendix_training_run.ipynb, cell 55eaff00]
+    def resume(self) -> RunPosition:
+        """The position in ``resume_from`` with every state loaded, or the start (no
+        file). Everything is checked before anything is loaded."""
+        run, path = self.run, self.run.config.resume_from
+        if path is None or not os.path.exists(path):
+            return RunPosition()
+        state = load_checkpoint(path, map_location=run.device)     # read and checked
+        try:
+            position = RunPosition.from_checkpoint(state, rank(), world_size())
+        except CheckpointError as exc:
+            raise CheckpointError(f"{os.fspath(path)}: {exc}") from None
+        saved, here = state["extra"].get("batches_per_epoch"), run.epoch_length
+        if saved is not None and here is not None and saved != here:
+            raise CheckpointError(
+                f"{os.fspath(path)}: the run was saved with {saved} batches per epoch, "
+                f"this train_loader gives {here} (other data, another batch size or "
+                "another number of processes): it cannot be resumed exactly")
+        load_checkpoint(path, run.net, run.optimizer, run.scheduler, run.scaler,
+                        map_location=run.device)
+        return position
+
+
+__all__ = ['FileKeeper']
