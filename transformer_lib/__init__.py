@@ -1,16 +1,16 @@
 """transformer_lib: the encoder-decoder Transformer, exported from the book's chapters.
 
-The modules are generated from ``book/*.ipynb`` by ``tools/export.py``; chapters 1 to 9 (the
-model's layers) are modules at the top, and a chapter that builds several modules is a
-package: ``training`` (chapter 10), ``decoding`` (11), ``translation`` (12), ``modern`` (13),
-``cli`` (the command-line tool).
+The modules are generated from ``book/*.ipynb`` by ``tools/export.py``; chapters 1
+to 9 (the model's layers) are modules at the top, and a chapter that builds several
+modules is a package: ``training`` (chapter 10), ``decoding`` (11), ``translation``
+(12), ``modern`` (13), ``cli`` (the command-line tool).
 
-This file is written by hand. ``import transformer_lib as tl`` gives the book's concepts,
-listed in ``__all__`` in the order of the chapters: the layers, the model and its config,
-training, decoding, translation and the loaders. Everything else (checks, file formats,
-helpers the modules share) is imported from its module, e.g.
-``from transformer_lib.training.checkpoint import CHECKPOINT_FORMAT``. The command-line tool
-(``transformer_lib.cli``) is not imported here.
+This file is written by hand. ``import transformer_lib as tl`` gives the book's
+concepts, listed in ``__all__`` in the order of the chapters: the layers, the model
+and its config, training, decoding, translation and the loaders. Everything else
+(checks, file formats, helpers the modules share) is imported from its module, e.g.
+``from transformer_lib.training.checkpoint import CHECKPOINT_FORMAT``. The
+command-line tool (``transformer_lib.cli``) is not imported here.
 """
 from transformer_lib.seeding import seed_everything
 from transformer_lib.checks import default_device
@@ -24,8 +24,9 @@ from transformer_lib.norm import LayerNorm, RMSNorm, SublayerConnection
 from transformer_lib.encoder import Encoder, EncoderLayer
 from transformer_lib.decoder import Decoder, DecoderLayer, KVCache
 from transformer_lib.model import Transformer, TransformerConfig, load_torch_transformer
-from transformer_lib.training.batching import (Batch, PadCollate, PairDataset, TokenBucketSampler,
-                                               copy_task, reverse_task)
+from transformer_lib.training.batching import (Batch, PadCollate, PairDataset,
+                                               TokenBucketSampler, copy_task,
+                                               reverse_task)
 from transformer_lib.training.loss import LabelSmoothingLoss
 from transformer_lib.training.schedule import noam_lambda, noam_optimizer
 from transformer_lib.training.config import TrainConfig, TrainHistory
@@ -33,17 +34,20 @@ from transformer_lib.training.loop import train
 from transformer_lib.training.evaluation import evaluate, exact_match
 from transformer_lib.training.checkpoint import (CheckpointError, NonFiniteError,
                                                  load_checkpoint, save_checkpoint)
-from transformer_lib.training.averaging import average_checkpoints, average_state_dicts
+from transformer_lib.training.averaging import (average_checkpoints,
+                                                average_state_dicts)
 from transformer_lib.training.distributed import cleanup_distributed, setup_distributed
 from transformer_lib.decoding.greedy import DecodingConfig, greedy_decode, token_scores
 from transformer_lib.decoding.beam import beam_search
 from transformer_lib.decoding.sampling import sample
-from transformer_lib.translation.corpus import (CorpusError, generate_pairs, number_pair,
-                                                read_tsv, split_pairs, write_tsv)
+from transformer_lib.translation.corpus import (CorpusError, generate_pairs,
+                                                number_pair, read_tsv, split_pairs,
+                                                write_tsv)
 from transformer_lib.translation.tokenizer import BPETokenizer, encode_pairs
-from transformer_lib.translation.translate import (ModelDirError, bleu_ci, corpus_bleu,
-                                                   load_model_dir, save_model_dir,
-                                                   translate_lines)
+from transformer_lib.translation.translate import translate_lines
+from transformer_lib.translation.metrics import bleu_ci, corpus_bleu
+from transformer_lib.translation.model_dir import (ModelDirError, load_model_dir,
+                                                   save_model_dir)
 from transformer_lib.modern.rope import RotaryEmbedding
 from transformer_lib.modern.decoder_only import DecoderOnlyConfig, DecoderOnlyLM
 from transformer_lib.modern.llama import load_llama_state_dict
@@ -53,29 +57,28 @@ __all__ = [
     # chapter 0: seeding
     "seed_everything",
     # chapters 1 to 9: the model
-    "default_device", "TokenEmbedding",
-    "PositionalEncoding", "LearnedPositionalEncoding", "sinusoidal_table",
-    "attention", "MultiHeadAttention",
-    "padding_mask", "causal_mask", "target_mask",
-    "PositionwiseFeedForward",
-    "LayerNorm", "RMSNorm", "SublayerConnection",
-    "EncoderLayer", "Encoder",
-    "DecoderLayer", "Decoder", "KVCache",
+    "default_device", "TokenEmbedding", "PositionalEncoding",
+    "LearnedPositionalEncoding", "sinusoidal_table", "attention",
+    "MultiHeadAttention", "padding_mask", "causal_mask", "target_mask",
+    "PositionwiseFeedForward", "LayerNorm", "RMSNorm", "SublayerConnection",
+    "EncoderLayer", "Encoder", "DecoderLayer", "Decoder", "KVCache",
     "TransformerConfig", "Transformer", "load_torch_transformer",
     # chapter 10: training
-    "PairDataset", "Batch", "PadCollate", "TokenBucketSampler", "copy_task", "reverse_task",
-    "LabelSmoothingLoss", "noam_lambda", "noam_optimizer", "TrainConfig", "TrainHistory", "train",
-    "evaluate", "exact_match", "save_checkpoint", "load_checkpoint", "average_checkpoints",
-    "average_state_dicts", "setup_distributed", "cleanup_distributed", "NonFiniteError",
-    "CheckpointError",
+    "PairDataset", "Batch", "PadCollate", "TokenBucketSampler", "copy_task",
+    "reverse_task", "LabelSmoothingLoss", "noam_lambda", "noam_optimizer",
+    "TrainConfig", "TrainHistory", "train", "evaluate", "exact_match",
+    "save_checkpoint", "load_checkpoint", "average_checkpoints",
+    "average_state_dicts", "setup_distributed", "cleanup_distributed",
+    "NonFiniteError", "CheckpointError",
     # chapter 11: decoding
     "DecodingConfig", "greedy_decode", "beam_search", "sample", "token_scores",
     # chapter 12: translation
-    "BPETokenizer", "generate_pairs", "number_pair", "split_pairs", "read_tsv", "write_tsv",
-    "encode_pairs", "translate_lines", "corpus_bleu", "bleu_ci", "save_model_dir",
-    "load_model_dir", "ModelDirError", "CorpusError",
+    "BPETokenizer", "generate_pairs", "number_pair", "split_pairs", "read_tsv",
+    "write_tsv", "encode_pairs", "translate_lines", "corpus_bleu", "bleu_ci",
+    "save_model_dir", "load_model_dir", "ModelDirError", "CorpusError",
     # chapter 13: beyond the paper
-    "RotaryEmbedding", "DecoderOnlyConfig", "DecoderOnlyLM", "load_llama_state_dict",
+    "RotaryEmbedding", "DecoderOnlyConfig", "DecoderOnlyLM",
+    "load_llama_state_dict",
     # appendix: pretrained Marian models
     "from_marian", "convert_marian", "load_marian_dir",
 ]
