@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from transformer_lib.attention import MultiHeadAttention, attention, check_mask
+from transformer_lib.attention import AttentionCache, MultiHeadAttention, attention, check_mask
 
 SETTINGS = settings(max_examples=30, deadline=None)
 
@@ -150,21 +150,22 @@ def test_mha_matches_torch(B, Lq, Lk, h, d_k, kind, masked, bias, seed):
             ours.out_proj.bias.uniform_(-0.5, 0.5)
     ref = _copy_to_torch(ours).eval()
     x = torch.randn(B, Lq, d_model)
-    if kind == "self":
+    if kind == "self":                                 # no key: self-attention
         q = k = v = x
-        Lk = Lq
-    elif kind == "cross_kv_same":
+        Lk, args = Lq, (x,)
+    elif kind == "cross_kv_same":                      # a key, no value: values from the key
         q, k = x, torch.randn(B, Lk, d_model)
-        v = k
+        v, args = k, (x, k)
     else:
         q, k, v = x, torch.randn(B, Lk, d_model), torch.randn(B, Lk, d_model)
+        args = (q, k, v)
     keep = torch.rand(B, Lk) < 0.7
     keep[:, 0] = True                                  # PyTorch gives NaN for fully masked rows
     mask = keep[:, None, None, :] if masked else None
     kpm = ~keep if masked else None
     ref_out, ref_w = ref(q, k, v, key_padding_mask=kpm, need_weights=True, average_attn_weights=False)
-    out_fast = ours(q, k, v, mask)
-    out_slow, w = ours(q, k, v, mask, need_weights=True)
+    out_fast = ours(*args, mask=mask)
+    out_slow, w = ours.forward_with_weights(*args, mask=mask)
     torch.testing.assert_close(out_fast, ref_out, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(out_slow, ref_out, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(w, ref_w, atol=1e-6, rtol=1e-5)                  # (B, h, Lq, Lk)
@@ -179,7 +180,7 @@ def test_mha_gradients_match_torch_with_causal_mask():
     x1 = torch.randn(3, 7, 16, requires_grad=True)
     x2 = x1.detach().clone().requires_grad_(True)
     allowed = torch.ones(7, 7, dtype=torch.bool).tril()
-    ours(x1, x1, x1, allowed[None, None]).square().sum().backward()
+    ours(x1, mask=allowed[None, None]).square().sum().backward()
     ref(x2, x2, x2, attn_mask=~allowed, need_weights=False)[0].square().sum().backward()
     torch.testing.assert_close(x1.grad, x2.grad, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(ours.in_proj.weight.grad, ref.in_proj_weight.grad, atol=1e-5, rtol=1e-4)
@@ -204,8 +205,8 @@ def test_mha_fully_masked_rows_and_autocast():
     x = torch.randn(2, 4, 16, requires_grad=True)
     mask = torch.ones(2, 1, 4, 4, dtype=torch.bool)
     mask[1] = False                                    # a sentence with no visible key at all
-    fast = mha(x, x, x, mask)
-    slow, _ = mha(x, x, x, mask, need_weights=True)
+    fast = mha(x, mask=mask)
+    slow, _ = mha.forward_with_weights(x, mask=mask)
     torch.testing.assert_close(fast, slow, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(fast[1], mha.out_proj.bias.expand(4, 16))   # zero attention output
     fast.sum().backward()
@@ -213,8 +214,7 @@ def test_mha_fully_masked_rows_and_autocast():
     for dtype in (torch.bfloat16, torch.float16):
         with torch.autocast("cpu", dtype=dtype):
             for need in (False, True):
-                out = mha(x, x, x, mask, need_weights=need)
-                out = out[0] if need else out
+                out = mha.forward_with_weights(x, mask=mask)[0] if need else mha(x, mask=mask)
                 assert torch.isfinite(out).all()
                 torch.testing.assert_close(out.float(), fast, atol=5e-2, rtol=5e-2)
 
@@ -224,9 +224,9 @@ def test_mha_dropout_only_in_training():
     mha = MultiHeadAttention(16, 4, dropout=0.5)
     x = torch.randn(2, 6, 16)
     mha.eval()
-    torch.testing.assert_close(mha(x, x, x), mha(x, x, x))
+    torch.testing.assert_close(mha(x), mha(x))
     mha.train()
-    assert not torch.allclose(mha(x, x, x), mha(x, x, x))
+    assert not torch.allclose(mha(x), mha(x))
 
 
 def test_record_weights():
@@ -235,8 +235,8 @@ def test_record_weights():
     x, mem = torch.randn(2, 4, 12, requires_grad=True), torch.randn(2, 7, 12)
     assert mha.last_weights is None
     mha.record_weights = True
-    out = mha(x, mem, mem)
-    _, w = mha(x, mem, mem, need_weights=True)
+    out = mha(x, mem)
+    _, w = mha.forward_with_weights(x, mem)
     assert mha.last_weights.shape == (2, 3, 4, 7) and not mha.last_weights.requires_grad
     torch.testing.assert_close(mha.last_weights, w.detach())
     assert out.shape == (2, 4, 12)
@@ -246,13 +246,12 @@ def test_self_attention_cache_equals_full_pass():
     torch.manual_seed(0)
     mha = MultiHeadAttention(16, 4).eval()
     x = torch.randn(2, 6, 16)
-    full = mha(x, x, x, torch.ones(6, 6, dtype=torch.bool).tril()[None, None])
-    cache: dict = {}
+    full = mha(x, mask=torch.ones(6, 6, dtype=torch.bool).tril()[None, None])
+    cache = AttentionCache()
     steps = []
     for t in range(6):
-        xt = x[:, t:t + 1]
-        steps.append(mha(xt, xt, xt, cache=cache))     # the new query sees every cached key
-    assert cache["k"].shape == (2, 4, 6, 4) and cache["v"].shape == (2, 4, 6, 4)
+        steps.append(mha(x[:, t:t + 1], cache=cache))  # the new query sees every cached key
+    assert cache.k.shape == (2, 4, 6, 4) and cache.v.shape == (2, 4, 6, 4) and cache.length == 6
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
 
 
@@ -260,14 +259,40 @@ def test_cross_attention_cache_is_reused():
     torch.manual_seed(0)
     mha = MultiHeadAttention(16, 4).eval()
     x, mem = torch.randn(2, 3, 16), torch.randn(2, 5, 16)
-    cache: dict = {}
-    first = mha(x, mem, mem, cache=cache)
-    k_cached = cache["k"]
+    cache = AttentionCache()
+    first = mha(x, mem, cache=cache)
+    k_cached = cache.k
     torch.testing.assert_close(first, mha(x, mem, mem))
     # later calls reuse the cached keys/values: the memory argument is not projected again
-    second = mha(x, torch.zeros_like(mem), torch.zeros_like(mem), cache=cache)
+    second = mha(x, torch.zeros_like(mem), cache=cache)
     torch.testing.assert_close(second, first)
-    assert cache["k"] is k_cached
+    assert cache.k is k_cached
+
+
+def test_self_or_cross_attention_is_chosen_by_the_key_argument():
+    """Self-attention is a call without a key, whatever the tensors are; a key given is cross-attention,
+    even when it is the query's own tensor (the same function then, computed with the row slices)."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4).eval()
+    x = torch.randn(2, 3, 16)
+    torch.testing.assert_close(mha(x), mha(x, x, x), atol=1e-6, rtol=1e-5)
+    own, other = AttentionCache(), AttentionCache()
+    mha(x, cache=own)
+    mha(x, x, cache=other)                             # cross-attention to x: filled once
+    mha(x[:, :1], cache=own)                           # self: one position more
+    mha(x[:, :1], x, cache=other)                      # cross: the cache is read, not grown
+    assert own.length == 4 and other.length == 3
+    with pytest.raises(ValueError, match="value needs a key"):
+        mha(x, None, x)
+
+
+def test_forward_returns_one_type_and_forward_with_weights_a_pair():
+    mha = MultiHeadAttention(8, 2).eval()
+    x = torch.randn(2, 3, 8)
+    mha.record_weights = True
+    assert isinstance(mha(x), torch.Tensor)
+    out, w = mha.forward_with_weights(x)
+    assert out.shape == (2, 3, 8) and w.shape == (2, 2, 3, 3)
 
 
 # --- bad input --------------------------------------------------------------------------------------------
@@ -286,11 +311,11 @@ def test_bad_input_raises_value_error():
     with pytest.raises(ValueError, match="same length Lk"):
         attention(torch.randn(3, 4), torch.randn(3, 4), torch.randn(2, 4))
     with pytest.raises(ValueError, match="does not broadcast"):
-        mha(x, x, x, torch.ones(2, 1, 1, 4, dtype=torch.bool))
+        mha(x, mask=torch.ones(2, 1, 1, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match="does not broadcast"):
-        mha(x, x, x, torch.ones(3, 1, 1, 5, dtype=torch.bool), need_weights=True)
+        mha.forward_with_weights(x, mask=torch.ones(3, 1, 1, 5, dtype=torch.bool))
     with pytest.raises(ValueError, match="boolean"):
-        mha(x, x, x, torch.ones(2, 1, 1, 5))
+        mha(x, mask=torch.ones(2, 1, 1, 5))
     with pytest.raises(ValueError, match="boolean"):
         attention(x, x, x, torch.ones(2, 5, 5, dtype=torch.long))
     with pytest.raises(ValueError, match="query must have shape"):
@@ -322,9 +347,9 @@ def test_sdpa_path_zeroes_empty_rows_even_if_the_kernel_gives_nan(monkeypatch):
     x = torch.randn(2, 3, 8, requires_grad=True)
     mask = torch.ones(2, 1, 1, 3, dtype=torch.bool)
     mask[1] = False
-    expected = mha(x, x, x, mask, need_weights=True)[0]
+    expected = mha.forward_with_weights(x, mask=mask)[0]
     monkeypatch.setattr(F, "scaled_dot_product_attention", naive_sdpa)
-    out = mha(x, x, x, mask)
+    out = mha(x, mask=mask)
     out.sum().backward()
     assert torch.isfinite(out).all() and torch.isfinite(x.grad).all()
     torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-5)
@@ -342,7 +367,8 @@ def test_forward_checks_the_mask_once_per_call(monkeypatch, need_weights):
     monkeypatch.setattr(attention_module, "check_mask", lambda *a, **k: (calls.append(a), real(*a, **k)))
     mha = MultiHeadAttention(8, 2).eval()
     x = torch.randn(2, 5, 8)
-    mha(x, x, x, torch.ones(2, 1, 1, 5, dtype=torch.bool), need_weights=need_weights)
+    call = mha.forward_with_weights if need_weights else mha
+    call(x, mask=torch.ones(2, 1, 1, 5, dtype=torch.bool))
     assert len(calls) == 1
 
 
@@ -352,12 +378,12 @@ def test_forward_reads_no_value_back_from_the_device():
     mha = MultiHeadAttention(8, 2).to("meta")
     x = torch.randn(2, 5, 8, device="meta")
     mask = torch.ones(2, 1, 5, 5, dtype=torch.bool, device="meta")
-    assert mha(x, x, x, mask).shape == (2, 5, 8)
-    out, w = mha(x, x, x, mask, need_weights=True)
+    assert mha(x, mask=mask).shape == (2, 5, 8)
+    out, w = mha.forward_with_weights(x, mask=mask)
     assert out.shape == (2, 5, 8) and w.shape == (2, 2, 5, 5)
-    cache: dict = {}
-    mha(x, x, x, cache=cache)
-    assert mha(x[:, :1], x[:, :1], x[:, :1], cache=cache).shape == (2, 1, 8)
+    cache = AttentionCache()
+    mha(x, cache=cache)
+    assert mha(x[:, :1], cache=cache).shape == (2, 1, 8)
     assert attention(x, x, x, mask[:, 0])[0].shape == (2, 5, 8)
     check_mask(mask, (2, 2, 5, 5))
 
@@ -377,15 +403,15 @@ def test_attention_leading_dimensions_must_broadcast():
 def test_a_bad_mask_leaves_the_cache_as_it_was():
     mha = MultiHeadAttention(8, 2).eval()
     x = torch.randn(2, 3, 8)
-    cache: dict = {}
-    mha(x, x, x, cache=cache)
-    k_before = cache["k"]
+    cache = AttentionCache()
+    mha(x, cache=cache)
+    k_before = cache.k
     step = x[:, :1]
     with pytest.raises(ValueError, match="does not broadcast"):
-        mha(step, step, step, torch.ones(2, 1, 1, 3, dtype=torch.bool), cache=cache)   # needs 4 keys
-    assert cache["k"] is k_before
-    out = mha(step, step, step, torch.ones(2, 1, 1, 4, dtype=torch.bool), cache=cache)
-    assert out.shape == (2, 1, 8) and cache["k"].size(2) == 4
+        mha(step, mask=torch.ones(2, 1, 1, 3, dtype=torch.bool), cache=cache)   # needs 4 keys
+    assert cache.k is k_before
+    out = mha(step, mask=torch.ones(2, 1, 1, 4, dtype=torch.bool), cache=cache)
+    assert out.shape == (2, 1, 8) and cache.length == 4
 
 
 # --- grouped-query attention (n_kv_heads, chapter 13) --------------------------------------------------------
@@ -422,13 +448,14 @@ def test_grouped_query_attention_equals_heads_with_repeated_kv_weights(h_g, d_k,
         gqa.in_proj.bias.uniform_(-0.2, 0.2)
     full = _widened(gqa)
     x = torch.randn(B, Lq, h * d_k)
-    kv = torch.randn(B, Lk, h * d_k) if cross else x
-    mask = torch.rand(B, 1, Lq, kv.size(1)) < 0.7
-    ours = gqa(x, kv, kv, mask, need_weights=need_weights)
-    ref = full(x, kv, kv, mask, need_weights=need_weights)
+    args = (x, torch.randn(B, Lk, h * d_k)) if cross else (x,)
+    mask = torch.rand(B, 1, Lq, args[-1].size(1)) < 0.7
     if need_weights:
-        torch.testing.assert_close(ours[1], ref[1], atol=1e-6, rtol=1e-5)
-        ours, ref = ours[0], ref[0]
+        (ours, w_ours), (ref, w_ref) = gqa.forward_with_weights(*args, mask=mask), \
+            full.forward_with_weights(*args, mask=mask)
+        torch.testing.assert_close(w_ours, w_ref, atol=1e-6, rtol=1e-5)
+    else:
+        ours, ref = gqa(*args, mask=mask), full(*args, mask=mask)
     torch.testing.assert_close(ours, ref, atol=1e-5, rtol=1e-5)
 
 
@@ -440,8 +467,8 @@ def test_n_kv_heads_equal_to_n_heads_is_the_old_layer():
         [(k, v.shape) for k, v in old.state_dict().items()]
     new.load_state_dict(old.state_dict())
     x, m = torch.randn(2, 5, 32), torch.randn(2, 7, 32)
-    assert torch.equal(new(x, x, x), old(x, x, x))
-    assert torch.equal(new(x, m, m), old(x, m, m))
+    assert torch.equal(new(x), old(x))
+    assert torch.equal(new(x, m), old(x, m))
 
 
 @pytest.mark.parametrize("g", [4, 2, 1])
@@ -450,18 +477,17 @@ def test_the_cache_holds_only_the_kv_heads_and_equals_the_full_pass(g):
     mha = MultiHeadAttention(32, 4, n_kv_heads=g).eval()
     x = torch.randn(2, 6, 32)
     causal = torch.ones(6, 6, dtype=torch.bool).tril()
-    full = mha(x, x, x, causal)
-    cache: dict = {}
+    full = mha(x, mask=causal)
+    cache = AttentionCache()
     steps = []
     for t in range(6):
-        y = x[:, t:t + 1]                                   # self-attention: query is key is value
-        steps.append(mha(y, y, y, causal[t:t + 1, :t + 1], cache=cache))
-    assert cache["k"].shape == cache["v"].shape == (2, g, 6, 8)
+        steps.append(mha(x[:, t:t + 1], mask=causal[t:t + 1, :t + 1], cache=cache))   # self-attention
+    assert cache.k.shape == cache.v.shape == (2, g, 6, 8)
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-6, rtol=1e-5)
     # cross-attention: the memory's kv heads are cached once
-    memory, cc = torch.randn(2, 5, 32), {}
-    first, second = mha(x, memory, memory, cache=cc), mha(x, memory, memory, cache=cc)
-    assert cc["k"].shape == (2, g, 5, 8) and torch.equal(first, second)
+    memory, cc = torch.randn(2, 5, 32), AttentionCache()
+    first, second = mha(x, memory, cache=cc), mha(x, memory, cache=cc)
+    assert cc.k.shape == (2, g, 5, 8) and torch.equal(first, second)
 
 
 def test_rotary_rotates_queries_and_new_keys_before_caching():
@@ -473,13 +499,13 @@ def test_rotary_rotates_queries_and_new_keys_before_caching():
     def rotary(t):
         calls.append(tuple(t.shape))
         return -t                       # any function: the cache must store its output
-    cache: dict = {}
-    mha(x, x, x, cache=cache, rotary=rotary)
-    plain = mha._qkv(x, x, x, None)
+    cache, plain = AttentionCache(), AttentionCache()
+    mha(x, cache=cache, rotary=rotary)
     assert calls == [(1, 4, 3, 4), (1, 2, 3, 4)]          # q (h heads), then k (kv heads)
-    assert torch.equal(cache["k"], -plain[1]) and torch.equal(cache["v"], plain[2])
+    mha(x, cache=plain)                                   # the same keys and values, not rotated
+    assert torch.equal(cache.k, -plain.k) and torch.equal(cache.v, plain.v)
     with pytest.raises(ValueError, match="rotary"):
-        mha(x, torch.randn(1, 2, 16), torch.randn(1, 2, 16), rotary=rotary)
+        mha(x, torch.randn(1, 2, 16), rotary=rotary)
 
 
 @pytest.mark.parametrize("n_kv, word", [(3, "divisible by n_kv_heads"), (0, "n_kv_heads"),
@@ -493,5 +519,5 @@ def test_grouped_query_attention_runs_under_autocast():
     mha = MultiHeadAttention(32, 8, n_kv_heads=2)
     x = torch.randn(2, 5, 32)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = mha(x, x, x, torch.ones(5, 5, dtype=torch.bool).tril())
+        out = mha(x, mask=torch.ones(5, 5, dtype=torch.bool).tril())
     assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()

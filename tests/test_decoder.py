@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from torch import nn
 
 import transformer_lib as tl
+from transformer_lib.decoder import load_torch_decoder, load_torch_decoder_layer
+from transformer_lib.encoder import LayerConfig
 
 D, H, FF = 16, 4, 32
 SETTINGS = settings(max_examples=25, deadline=None)
@@ -23,7 +25,7 @@ SETTINGS = settings(max_examples=25, deadline=None)
 def _decoder(norm_first: bool = False, n_layers: int = 2) -> tl.Decoder:
     """One shared decoder per configuration (building one per hypothesis example is the slow part)."""
     torch.manual_seed(1234)
-    return tl.Decoder(n_layers, D, H, FF, 0.0, norm_first).eval()
+    return tl.Decoder(LayerConfig(D, H, FF, 0.0, norm_first), n_layers).eval()
 
 
 def _torch_pair(norm_first: bool, n_layers: int, activation: str = "relu"):
@@ -31,10 +33,10 @@ def _torch_pair(norm_first: bool, n_layers: int, activation: str = "relu"):
                                            activation=activation)
     ref_stack = nn.TransformerDecoder(copy.deepcopy(ref_layer), n_layers,
                                       norm=nn.LayerNorm(D) if norm_first else None)
-    ours_layer = tl.load_torch_decoder_layer(
-        tl.DecoderLayer(D, H, FF, 0.0, norm_first, activation=activation), ref_layer)
-    ours_stack = tl.load_torch_decoder(
-        tl.Decoder(n_layers, D, H, FF, 0.0, norm_first, activation=activation), ref_stack)
+    ours_layer = load_torch_decoder_layer(
+        tl.DecoderLayer(LayerConfig(D, H, FF, 0.0, norm_first, activation=activation)), ref_layer)
+    ours_stack = load_torch_decoder(
+        tl.Decoder(LayerConfig(D, H, FF, 0.0, norm_first, activation=activation), n_layers), ref_stack)
     return ref_layer, ref_stack, ours_layer, ours_stack
 
 
@@ -153,7 +155,7 @@ def test_cache_equals_full_pass(T, first, norm_first, seed):
 
 def test_cache_reorder_selects_rows():
     torch.manual_seed(0)
-    dec = tl.Decoder(2, D, H, FF, 0.0).eval()
+    dec = tl.Decoder(LayerConfig(D, H, FF, 0.0), 2).eval()
     x, mem = torch.randn(3, 4, D), torch.randn(3, 2, D)
     cache = tl.KVCache(2)
     with torch.no_grad():
@@ -163,12 +165,12 @@ def test_cache_reorder_selects_rows():
         step = dec(x[index, 3:4], mem[index], None, None, cache)
         full = dec(x[index], mem[index], tl.causal_mask(4))
     torch.testing.assert_close(step, full[:, 3:4], atol=1e-5, rtol=0)
-    assert cache.layers[1]["cross"]["k"].shape[0] == 3
+    assert cache.layers[1].cross_attn.k.shape[0] == 3
 
 
 def test_cross_attention_weights_are_a_distribution_over_real_source_tokens():
     torch.manual_seed(0)
-    layer = tl.DecoderLayer(D, H, FF, 0.0).eval()
+    layer = tl.DecoderLayer(LayerConfig(D, H, FF, 0.0)).eval()
     layer.cross_attn.record_weights = True
     src = _ids([4, 2], 4)
     with torch.no_grad():
@@ -180,13 +182,13 @@ def test_cross_attention_weights_are_a_distribution_over_real_source_tokens():
 
 
 def test_post_norm_has_no_final_norm_by_default_and_pre_norm_has_one():
-    assert isinstance(tl.Decoder(1, D, H, FF).norm, nn.Identity)
-    assert isinstance(tl.Decoder(1, D, H, FF, norm_first=True).norm, tl.LayerNorm)
-    assert isinstance(tl.Decoder(1, D, H, FF, final_norm=True).norm, tl.LayerNorm)
+    assert isinstance(tl.Decoder(LayerConfig(D, H, FF), 1).norm, nn.Identity)
+    assert isinstance(tl.Decoder(LayerConfig(D, H, FF, norm_first=True), 1).norm, tl.LayerNorm)
+    assert isinstance(tl.Decoder(LayerConfig(D, H, FF, final_norm=True), 1).norm, tl.LayerNorm)
 
 
 def test_follows_input_dtype_and_autocast():
-    dec = tl.Decoder(2, D, H, FF, 0.1).train()
+    dec = tl.Decoder(LayerConfig(D, H, FF, 0.1), 2).train()
     x = torch.randn(2, 5, D, requires_grad=True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         y = dec(x, torch.randn(2, 3, D), tl.causal_mask(5))
@@ -200,19 +202,19 @@ def test_follows_input_dtype_and_autocast():
                                     "not a tensor"])
 def test_bad_memory(memory):
     """Another batch size, another width, another rank: the stack names the memory, once for all layers."""
-    dec = tl.Decoder(2, D, H, FF)
+    dec = tl.Decoder(LayerConfig(D, H, FF), 2)
     with pytest.raises(ValueError, match="memory"):
         dec(torch.randn(2, 3, D), memory)
 
 
 def test_bad_cache_layers():
-    dec = tl.Decoder(2, D, H, FF)
+    dec = tl.Decoder(LayerConfig(D, H, FF), 2)
     with pytest.raises(ValueError, match="cache"):
         dec(torch.randn(2, 1, D), torch.randn(2, 4, D), cache=tl.KVCache(3))
 
 
 def test_bad_mask_shape():
-    layer = tl.DecoderLayer(D, H, FF)
+    layer = tl.DecoderLayer(LayerConfig(D, H, FF))
     with pytest.raises(ValueError, match="mask"):
         layer(torch.randn(2, 3, D), torch.randn(2, 4, D), memory_mask=torch.ones(2, 1, 1, 5, dtype=torch.bool))
 
@@ -220,7 +222,7 @@ def test_bad_mask_shape():
 @pytest.mark.parametrize("bad", [0, -1, 2.0, True])
 def test_bad_layer_count(bad):
     with pytest.raises(ValueError, match="n_layers"):
-        tl.Decoder(bad, D, H, FF)
+        tl.Decoder(LayerConfig(D, H, FF), bad)
     with pytest.raises(ValueError, match="n_layers"):
         tl.KVCache(bad)
 
@@ -235,34 +237,34 @@ def test_load_refuses_mismatched_reference():
         warnings.simplefilter("ignore")
         ref = nn.TransformerDecoderLayer(D, H, FF, batch_first=True)
     with pytest.raises(ValueError, match="norm_first"):
-        tl.load_torch_decoder_layer(tl.DecoderLayer(D, H, FF, norm_first=True), ref)
+        load_torch_decoder_layer(tl.DecoderLayer(LayerConfig(D, H, FF, norm_first=True)), ref)
     with pytest.raises(ValueError, match="d_ff"):
-        tl.load_torch_decoder_layer(tl.DecoderLayer(D, H, 2 * FF), ref)
+        load_torch_decoder_layer(tl.DecoderLayer(LayerConfig(D, H, 2 * FF)), ref)
     with pytest.raises(ValueError, match="activation"):
-        tl.load_torch_decoder_layer(tl.DecoderLayer(D, H, FF, activation="gelu"), ref)
+        load_torch_decoder_layer(tl.DecoderLayer(LayerConfig(D, H, FF, activation="gelu")), ref)
     with pytest.raises(ValueError, match="n_heads"):
-        tl.load_torch_decoder_layer(tl.DecoderLayer(D, 2, FF), ref)
+        load_torch_decoder_layer(tl.DecoderLayer(LayerConfig(D, 2, FF)), ref)
     with pytest.raises(ValueError, match="batch_first"):
-        tl.load_torch_decoder_layer(tl.DecoderLayer(D, H, FF), nn.TransformerDecoderLayer(D, H, FF))
+        load_torch_decoder_layer(tl.DecoderLayer(LayerConfig(D, H, FF)), nn.TransformerDecoderLayer(D, H, FF))
 
 
 def test_load_decoder_stack_refuses_mismatched_reference():
     ref = nn.TransformerDecoder(nn.TransformerDecoderLayer(D, H, FF, batch_first=True), 2)
     with pytest.raises(ValueError, match="layer counts"):
-        tl.load_torch_decoder(tl.Decoder(3, D, H, FF), ref)
+        load_torch_decoder(tl.Decoder(LayerConfig(D, H, FF), 3), ref)
     with pytest.raises(ValueError, match="final norm"):
-        tl.load_torch_decoder(tl.Decoder(2, D, H, FF, final_norm=True), ref)
+        load_torch_decoder(tl.Decoder(LayerConfig(D, H, FF, final_norm=True), 2), ref)
     with pytest.raises(TypeError, match="reference"):
-        tl.load_torch_decoder(tl.Decoder(2, D, H, FF), ref.layers[0])
+        load_torch_decoder(tl.Decoder(LayerConfig(D, H, FF), 2), ref.layers[0])
     with pytest.raises(TypeError, match="cross_attn"):            # an encoder layer lacks cross-attention
-        tl.load_torch_decoder_layer(tl.EncoderLayer(D, H, FF), ref.layers[0])
+        load_torch_decoder_layer(tl.EncoderLayer(LayerConfig(D, H, FF)), ref.layers[0])
 
 
 def test_failed_load_copies_nothing():
     """The checks run before the first copy: a refused reference leaves the layer as it was."""
     ref = nn.TransformerDecoderLayer(D, H, FF, batch_first=True, layer_norm_eps=1e-6)
-    layer = tl.DecoderLayer(D, H, FF)
+    layer = tl.DecoderLayer(LayerConfig(D, H, FF))
     before = {k: v.clone() for k, v in layer.state_dict().items()}
     with pytest.raises(ValueError, match="eps"):
-        tl.load_torch_decoder_layer(layer, ref)
+        load_torch_decoder_layer(layer, ref)
     assert all(torch.equal(v, before[k]) for k, v in layer.state_dict().items())

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import transformer_lib as tl
+from transformer_lib.feed_forward import swiglu_width
 from transformer_lib.modern.decoder_only import DecoderOnlyConfig, DecoderOnlyLM, lm_mask, lm_positions
 
 SETTINGS = settings(max_examples=15, deadline=None)
@@ -45,7 +46,7 @@ def test_decoding_with_cache_equals_without_and_batch_equals_one_by_one(seed, B,
     def decode(src, use_cache):
         if beam == 1:
             return tl.greedy_decode(model, src, 8, use_cache=use_cache)
-        return tl.beam_search(model, src, beam_size=beam, max_len=8, use_cache=use_cache)
+        return tl.beam_search(model, src, beam_size=beam, max_len=8, use_cache=use_cache)[0]
 
     batch = decode(prompts, True)
     assert torch.equal(batch, decode(prompts, False))
@@ -172,7 +173,7 @@ def test_config_defaults_are_llama_choices_and_it_answers_the_decoders_fields():
     c = DecoderOnlyConfig(100, d_model=64)
     assert (c.positions, c.activation, c.norm, c.bias, c.tie_embeddings) == ("rope", "swiglu", "rms", False,
                                                                              True)
-    assert c.d_ff == tl.swiglu_width(256) and c.src_vocab_size == c.tgt_vocab_size == 100
+    assert c.d_ff == swiglu_width(256) and c.src_vocab_size == c.tgt_vocab_size == 100
     assert DecoderOnlyConfig(100, d_model=64, activation="relu").d_ff == 256
     assert c.embed_scale is False and DecoderOnlyConfig(100, positions="sinusoidal").embed_scale is True
     assert DecoderOnlyConfig(**c.to_dict()) == c
@@ -206,4 +207,5 @@ def test_the_cache_holds_the_kv_heads_of_every_layer():
         stepper = model.stepper(torch.randint(3, V, (2, 5)), use_cache=True)
         stepper.step(torch.ones(2, 1, dtype=torch.long))
         assert len(stepper.cache.layers) == 2
-        assert stepper.cache.layers[0]["self"]["k"].shape == (2, g, 6, 4)
+        assert stepper.cache.layers[0].self_attn.k.shape == (2, g, 6, 4)
+        assert stepper.cache.layers[0].cross_attn is None                 # no cross-attention

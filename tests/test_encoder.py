@@ -1,5 +1,6 @@
 """Tests of transformer_lib.encoder (chapter 7): equality with nn.TransformerEncoderLayer/nn.TransformerEncoder
 (copied weights, padding mask, both norm modes), the padding property, bad input."""
+import types
 import warnings
 
 import pytest
@@ -8,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from transformer_lib.encoder import Encoder, EncoderLayer, load_torch_encoder, load_torch_encoder_layer
+from transformer_lib.encoder import Encoder, EncoderLayer, LayerConfig, load_torch_encoder, load_torch_encoder_layer
 from transformer_lib.masks import padding_mask
 
 D, H, FF, PAD = 16, 4, 40, 0
@@ -60,14 +61,15 @@ def test_layer_matches_torch(norm_first, activation):
     torch.manual_seed(0)
     ref = nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, batch_first=True, norm_first=norm_first,
                                      activation=activation).eval()
-    ours = load_torch_encoder_layer(EncoderLayer(D, H, FF, 0.0, norm_first, activation=activation), ref).eval()
+    layer = EncoderLayer(LayerConfig(D, H, FF, 0.0, norm_first, activation=activation))
+    ours = load_torch_encoder_layer(layer, ref).eval()
     _assert_matches_torch(ours, ref)
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_matches_torch_fast_path_off_all_positions(norm_first):
     ref = _reference(3, norm_first).eval()
-    ours = load_torch_encoder(Encoder(3, D, H, FF, 0.0, norm_first), ref).eval()
+    ours = load_torch_encoder(Encoder(LayerConfig(D, H, FF, 0.0, norm_first), 3), ref).eval()
     ids, x = _batch(1)
     with torch.no_grad():
         expected = _run_reference(ref, x, ids, fastpath=False)
@@ -78,7 +80,7 @@ def test_encoder_matches_torch_fast_path_off_all_positions(norm_first):
 def test_encoder_matches_torch_fast_path_on_real_positions(norm_first):
     """PyTorch's eval fast path (nested tensors for Post-Norm) zeroes pad positions: compare real ones."""
     ref = _reference(2, norm_first).eval()
-    ours = load_torch_encoder(Encoder(2, D, H, FF, 0.0, norm_first), ref).eval()
+    ours = load_torch_encoder(Encoder(LayerConfig(D, H, FF, 0.0, norm_first), 2), ref).eval()
     ids, x = _batch(2)
     real = ids != PAD
     with torch.no_grad():
@@ -90,7 +92,7 @@ def test_encoder_matches_torch_fast_path_on_real_positions(norm_first):
 def test_encoder_matches_torch_in_training_mode_with_gradients(norm_first):
     """Training mode (dropout 0) never takes the fast path: outputs and weight gradients agree everywhere."""
     ref = _reference(2, norm_first).train()
-    ours = load_torch_encoder(Encoder(2, D, H, FF, 0.0, norm_first), ref).train()
+    ours = load_torch_encoder(Encoder(LayerConfig(D, H, FF, 0.0, norm_first), 2), ref).train()
     ids, x = _batch(3)
     out_ref = ref(x, src_key_padding_mask=(ids == PAD))
     out_ours = ours(x, padding_mask(ids, PAD))
@@ -107,14 +109,14 @@ def test_encoder_matches_torch_in_training_mode_with_gradients(norm_first):
 
 
 def test_final_norm_defaults():
-    assert isinstance(Encoder(2, D, H, FF, norm_first=False).norm, nn.Identity)
-    assert not isinstance(Encoder(2, D, H, FF, norm_first=True).norm, nn.Identity)
-    assert not isinstance(Encoder(2, D, H, FF, norm_first=False, final_norm=True).norm, nn.Identity)
-    assert isinstance(Encoder(2, D, H, FF, norm_first=True, final_norm=False).norm, nn.Identity)
+    assert isinstance(Encoder(LayerConfig(D, H, FF, norm_first=False), 2).norm, nn.Identity)
+    assert not isinstance(Encoder(LayerConfig(D, H, FF, norm_first=True), 2).norm, nn.Identity)
+    assert not isinstance(Encoder(LayerConfig(D, H, FF, norm_first=False, final_norm=True), 2).norm, nn.Identity)
+    assert isinstance(Encoder(LayerConfig(D, H, FF, norm_first=True, final_norm=False), 2).norm, nn.Identity)
 
 
 def test_paper_size_parameter_count_matches_torch():
-    ours = EncoderLayer(512, 8, 2048)
+    ours = EncoderLayer(LayerConfig(512, 8, 2048))
     ref = nn.TransformerEncoderLayer(512, 8, 2048, batch_first=True)
     n = sum(p.numel() for p in ours.parameters())
     assert n == sum(p.numel() for p in ref.parameters()) == 3_152_384
@@ -127,7 +129,7 @@ def test_pads_never_change_real_outputs(lengths, extra, seed, norm_first, norm):
     """Garbage at pad positions and extra pad positions leave every real position's output unchanged,
     and each sentence gives the same outputs as it does alone, unpadded."""
     torch.manual_seed(seed)
-    enc = Encoder(2, D, H, FF, dropout=0.0, norm_first=norm_first, norm=norm).eval()
+    enc = Encoder(LayerConfig(D, H, FF, dropout=0.0, norm_first=norm_first, norm=norm), 2).eval()
     ids, x = _batch(seed, tuple(lengths))
     with torch.no_grad():
         base = enc(x, padding_mask(ids, PAD))
@@ -145,7 +147,7 @@ def test_pads_never_change_real_outputs(lengths, extra, seed, norm_first, norm):
 def test_mask_matters():
     """Guard against a test that cannot fail: without the mask, pad garbage does change real outputs."""
     torch.manual_seed(0)
-    enc = Encoder(2, D, H, FF, dropout=0.0).eval()
+    enc = Encoder(LayerConfig(D, H, FF, dropout=0.0), 2).eval()
     ids, x = _batch(0)
     x2 = x.clone()
     x2[ids == PAD] = 50.0
@@ -156,31 +158,31 @@ def test_mask_matters():
 def test_load_checks():
     ref = _reference(2, norm_first=False)
     with pytest.raises(ValueError, match="layer counts"):
-        load_torch_encoder(Encoder(3, D, H, FF), ref)
+        load_torch_encoder(Encoder(LayerConfig(D, H, FF), 3), ref)
     with pytest.raises(ValueError, match="final norm"):
-        load_torch_encoder(Encoder(2, D, H, FF, final_norm=True), ref)
+        load_torch_encoder(Encoder(LayerConfig(D, H, FF, final_norm=True), 2), ref)
     with pytest.raises(ValueError, match="norm_first"):
-        load_torch_encoder_layer(EncoderLayer(D, H, FF, norm_first=True), ref.layers[0])
+        load_torch_encoder_layer(EncoderLayer(LayerConfig(D, H, FF, norm_first=True)), ref.layers[0])
     with pytest.raises(ValueError, match="LayerNorm"):
-        load_torch_encoder_layer(EncoderLayer(D, H, FF, norm="rms"), ref.layers[0])
+        load_torch_encoder_layer(EncoderLayer(LayerConfig(D, H, FF, norm="rms")), ref.layers[0])
     with pytest.raises(ValueError, match="n_heads"):
-        load_torch_encoder_layer(EncoderLayer(D, 2, FF), ref.layers[0])
+        load_torch_encoder_layer(EncoderLayer(LayerConfig(D, 2, FF)), ref.layers[0])
     with pytest.raises(ValueError, match="activation"):
-        load_torch_encoder_layer(EncoderLayer(D, H, FF, activation="gelu"), ref.layers[0])
+        load_torch_encoder_layer(EncoderLayer(LayerConfig(D, H, FF, activation="gelu")), ref.layers[0])
     with pytest.raises(ValueError, match="eps"):
-        load_torch_encoder_layer(EncoderLayer(D, H, FF, eps=1e-6), ref.layers[0])
+        load_torch_encoder_layer(EncoderLayer(LayerConfig(D, H, FF, eps=1e-6)), ref.layers[0])
     with pytest.raises(TypeError):
-        load_torch_encoder(Encoder(2, D, H, FF), ref.layers[0])
+        load_torch_encoder(Encoder(LayerConfig(D, H, FF), 2), ref.layers[0])
 
 
 @pytest.mark.parametrize("build, word", [
-    (lambda: Encoder(0, D, H, FF), "n_layers"),
-    (lambda: EncoderLayer(15, 4, FF), "divisible"),
-    (lambda: EncoderLayer(D, H, FF, activation="tanh"), "activation"),
-    (lambda: EncoderLayer(D, H, FF, norm="batch"), "norm"),
-    (lambda: Encoder(1, D, H, FF)(torch.randn(2, 5, D + 1)), "shape"),
-    (lambda: Encoder(1, D, H, FF)(torch.randn(2, 5, D), torch.ones(2, 1, 1, 4, dtype=torch.bool)), "mask"),
-    (lambda: Encoder(1, D, H, FF)(torch.randn(2, 5, D), torch.ones(2, 1, 1, 5)), "boolean"),
+    (lambda: Encoder(LayerConfig(D, H, FF), 0), "n_layers"),
+    (lambda: EncoderLayer(LayerConfig(15, 4, FF)), "divisible"),
+    (lambda: EncoderLayer(LayerConfig(D, H, FF, activation="tanh")), "activation"),
+    (lambda: EncoderLayer(LayerConfig(D, H, FF, norm="batch")), "norm"),
+    (lambda: Encoder(LayerConfig(D, H, FF), 1)(torch.randn(2, 5, D + 1)), "shape"),
+    (lambda: Encoder(LayerConfig(D, H, FF), 1)(torch.randn(2, 5, D), torch.ones(2, 1, 1, 4, dtype=torch.bool)), "mask"),
+    (lambda: Encoder(LayerConfig(D, H, FF), 1)(torch.randn(2, 5, D), torch.ones(2, 1, 1, 5)), "boolean"),
 ])
 def test_bad_input(build, word):
     with pytest.raises(ValueError, match=word):
@@ -192,7 +194,7 @@ def test_bad_input(build, word):
 def test_autocast_bfloat16(norm_first, norm):
     """Under CPU autocast with bfloat16 the encoder runs, stays finite, and stays close to float32."""
     torch.manual_seed(0)
-    enc = Encoder(2, D, H, FF, dropout=0.0, norm_first=norm_first, norm=norm).eval()
+    enc = Encoder(LayerConfig(D, H, FF, dropout=0.0, norm_first=norm_first, norm=norm), 2).eval()
     ids, x = _batch(4)
     mask = padding_mask(ids, PAD)
     with torch.no_grad():
@@ -211,7 +213,7 @@ class _OwnLayer(nn.Module):
 
     def __init__(self):
         super().__init__()
-        template = EncoderLayer(D, H, FF, dropout=0.0)
+        template = EncoderLayer(LayerConfig(D, H, FF, dropout=0.0))
         self.self_attn, self.feed_forward = template.self_attn, template.feed_forward
         self.sublayer1, self.sublayer2 = template.sublayer1, template.sublayer2
         self.norm_first = False
@@ -235,13 +237,13 @@ def test_loader_names_the_missing_parts():
     with pytest.raises(TypeError, match="layer .*sublayer1, sublayer2"):
         load_torch_encoder_layer(nn.Module(), ref.layers[0])
     with pytest.raises(TypeError, match="encoder .*layers"):
-        load_torch_encoder(EncoderLayer(D, H, FF), ref)
+        load_torch_encoder(EncoderLayer(LayerConfig(D, H, FF)), ref)
 
 
 def test_failed_load_copies_nothing():
     """Every check runs before the first copy: a refused reference leaves the layer as it was."""
     ref = _reference(1, norm_first=False).layers[0]
-    for layer in (EncoderLayer(D, H, FF, eps=1e-6), EncoderLayer(D, H, FF, norm="rms")):
+    for layer in (EncoderLayer(LayerConfig(D, H, FF, eps=1e-6)), EncoderLayer(LayerConfig(D, H, FF, norm="rms"))):
         before = {k: v.clone() for k, v in layer.state_dict().items()}
         with pytest.raises(ValueError):
             load_torch_encoder_layer(layer, ref)
@@ -254,10 +256,10 @@ def test_loader_refuses_sequence_first_and_biasless_references():
         warnings.simplefilter("ignore")
         seq_first = nn.TransformerEncoderLayer(D, H, FF)
     with pytest.raises(ValueError, match="batch_first"):
-        load_torch_encoder_layer(EncoderLayer(D, H, FF), seq_first)
+        load_torch_encoder_layer(EncoderLayer(LayerConfig(D, H, FF)), seq_first)
     no_bias = nn.TransformerEncoderLayer(D, H, FF, batch_first=True, bias=False)
     with pytest.raises(ValueError, match="bias"):
-        load_torch_encoder_layer(EncoderLayer(D, H, FF), no_bias)
+        load_torch_encoder_layer(EncoderLayer(LayerConfig(D, H, FF)), no_bias)
 
 
 def test_torch_activation_names():
@@ -281,4 +283,19 @@ def test_check_same_names_the_setting():
 def test_layer_count_is_a_whole_number(bad):
     """One check for both stacks (chapter 1's check_int): True and 2.0 are not layer counts."""
     with pytest.raises(ValueError, match="n_layers"):
-        Encoder(bad, D, H, FF)
+        Encoder(LayerConfig(D, H, FF), bad)
+
+
+def test_the_stacks_take_one_checked_config():
+    """The layers and stacks take chapter 7's LayerConfig; a config of another type, or loose sizes as before,
+    are refused with an error that names the argument, and TransformerConfig's fields give one."""
+    from transformer_lib.decoder import Decoder, DecoderLayer
+    from transformer_lib.model import TransformerConfig
+    for build in (lambda: Encoder(3, LayerConfig()), lambda: EncoderLayer(D), lambda: Decoder(2, LayerConfig()),
+                  lambda: DecoderLayer(object())):
+        with pytest.raises(TypeError, match="config must be a LayerConfig"):
+            build()
+    options = LayerConfig.of(TransformerConfig(10, 10, d_model=D, n_heads=H, d_ff=FF, norm_first=True))
+    assert options == LayerConfig(D, H, FF, norm_first=True)
+    with pytest.raises(ValueError, match="divisible"):
+        LayerConfig.of(types.SimpleNamespace(**{**vars(options), "n_heads": 3}))

@@ -127,7 +127,7 @@ def test_beam_equals_generate_under_the_same_length_normalisation(name, eos_bias
     ours = tl.from_marian(hf)
     src = _batch(4)
     theirs = _generate(hf, src, num_beams=4, max_new_tokens=30, length_penalty=1.0, early_stopping=False)
-    mine = tl.beam_search(ours, src, beam_size=4, max_len=30, length_penalty=1.0, length_norm="power")
+    mine, _ = tl.beam_search(ours, src, beam_size=4, max_len=30, length_penalty=1.0, length_norm="power")
     assert _same(mine, theirs, ours.config.pad_id), (mine.tolist(), theirs.tolist())
 
 
@@ -138,7 +138,7 @@ def test_beam_equality_covers_outputs_of_different_lengths():
     ours = tl.from_marian(hf)
     src = _batch(4)
     theirs = _generate(hf, src, num_beams=4, max_new_tokens=40, length_penalty=1.0, early_stopping=False)
-    mine = tl.beam_search(ours, src, beam_size=4, max_len=40, length_penalty=1.0, length_norm="power")
+    mine, _ = tl.beam_search(ours, src, beam_size=4, max_len=40, length_penalty=1.0, length_norm="power")
     ends = {row.index(0) if 0 in row else None for row in mine.tolist()}
     assert len(ends) >= 4, ends
     assert _same(mine, theirs, ours.config.pad_id)

@@ -28,7 +28,7 @@ def _layer(seed):
     torch.manual_seed(seed)
     table = torch.randn(VOCAB, D_MODEL)
     mha = MultiHeadAttention(D_MODEL, N_HEADS).eval()
-    return (lambda ids, mask: mha(table[ids], table[ids], table[ids], mask)), table, mha
+    return (lambda ids, mask: mha(table[ids], mask=mask)), table, mha
 
 
 def test_shapes_dtypes_values():
@@ -165,7 +165,7 @@ def test_pad_queries_are_finite_and_get_no_gradient_from_a_pad_ignoring_loss():
     ids = _padded_batch(g, [2, 5, 3], 5)
     _, table, mha = _layer(0)
     x = table[ids].clone().requires_grad_(True)
-    y = mha(x, x, x, padding_mask(ids, PAD))
+    y = mha(x, mask=padding_mask(ids, PAD))
     assert torch.isfinite(y).all() and y[ids == PAD].abs().sum() > 0
     logits = y @ table.T
     torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids.flatten(), ignore_index=PAD).backward()
@@ -179,9 +179,10 @@ def test_masks_of_the_wrong_type_or_shape_are_refused_by_attention(need_weights)
     ids = torch.tensor([[5, 7, 0], [4, 0, 0], [3, 8, 6]])
     mha = MultiHeadAttention(D_MODEL, N_HEADS)
     x = torch.randn(3, 3, D_MODEL)
+    call = mha.forward_with_weights if need_weights else mha
     with pytest.raises(ValueError, match="boolean"):
-        mha(x, x, x, padding_mask(ids, PAD).float(), need_weights=need_weights)
+        call(x, mask=padding_mask(ids, PAD).float())
     with pytest.raises(ValueError, match="does not broadcast"):
-        mha(x, x, x, padding_mask(ids[:, :2], PAD), need_weights=need_weights)
+        call(x, mask=padding_mask(ids[:, :2], PAD))
     with pytest.raises(ValueError, match="does not broadcast"):
-        mha(x, x, x, target_mask(ids[:2], PAD), need_weights=need_weights)
+        call(x, mask=target_mask(ids[:2], PAD))

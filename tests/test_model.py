@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 import transformer_lib as tl
+from transformer_lib.checks import check_token_ids
 
 SETTINGS = settings(max_examples=15, deadline=None)
 SMALL = dict(src_vocab_size=50, tgt_vocab_size=60, d_model=16, n_heads=4, n_encoder_layers=2, n_decoder_layers=2,
@@ -422,23 +423,28 @@ def test_any_config_with_the_fields_builds_the_model():
 
 
 def test_forward_checks_the_ids_once(monkeypatch):
-    """forward checks src and tgt_in once each, decode its tgt_in once (no repeated, syncing checks)."""
+    """forward checks src and tgt_in once each, decode its tgt_in once (no repeated, syncing checks): not again
+    in the embedding or in the masks."""
+    import transformer_lib.embedding as embedding_module
+    import transformer_lib.masks as masks_module
     import transformer_lib.model as model_module
     calls = []
 
     def counting(ids, vocab_size, name="ids", dims=None):
         calls.append(name)
-        return tl.check_token_ids(ids, vocab_size, name, dims)
+        return check_token_ids(ids, vocab_size, name, dims)
 
-    monkeypatch.setattr(model_module, "check_token_ids", counting)
+    for module in (model_module, embedding_module, masks_module):
+        monkeypatch.setattr(module, "check_token_ids", counting)
     model = _model()
     src, tgt = _ids([4, 2], 4, 50), _ids([3, 3], 3, 60, bos=True)
     with torch.no_grad():
         model(src, tgt)
         assert sorted(calls) == ["src", "tgt_in"]
+        src_mask = tl.padding_mask(src, 0)
         calls.clear()
         memory = model.encode(src)
-        model.decode(tgt, memory, tl.padding_mask(src, 0))
+        model.decode(tgt, memory, src_mask)
         assert calls == ["src", "tgt_in"]
 
 

@@ -1,14 +1,16 @@
 """Generated from book/03_attention.ipynb: edit the notebook, not this file.
+Extended by book/13_modern.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: d4c37d8245cfec7c
+# digest: 312df68612557c4a
 # fmt: off
 
 # [book/03_attention.ipynb, cell 543feaed]
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +19,11 @@ from torch import nn
 from transformer_lib.checks import check_int, check_probability
 
 
+# [book/13_modern.ipynb, cell 4bd32cbf]
+from collections.abc import Callable
+
+
+# [book/03_attention.ipynb, cell 7d2b8459]
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                mask: torch.Tensor | None = None,
                dropout_p: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -100,6 +107,16 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return _attention(q, k, v, mask, dropout_p)
 
 
+# [book/03_attention.ipynb, cell da3d2a3e]
+def check_heads(d_model: object, n_heads: object) -> tuple[int, int]:
+    """(d_model, n_heads), checked: whole numbers of at least 1, and d_model divisible
+    by n_heads (every head gets d_model / n_heads coordinates)."""
+    d, h = check_int(d_model, "d_model"), check_int(n_heads, "n_heads")
+    if d % h != 0:
+        raise ValueError(f"d_model ({d}) must be divisible by n_heads ({h})")
+    return d, h
+
+
 # [book/03_attention.ipynb, cell ecf34695]
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with the weight layout of ``torch.nn.MultiheadAttention``.
@@ -108,46 +125,39 @@ class MultiHeadAttention(nn.Module):
     like ``nn.MultiheadAttention.in_proj_weight``: one fused matmul for self-attention,
     row slices of the same matrix for cross-attention. ``out_proj`` is W_o.
 
-    ``forward(query (B, Lq, d), key (B, Lk, d), value (B, Lk, d), mask=None)`` returns
-    (B, Lq, d). ``mask`` is boolean, True = may attend, broadcasting to
-    (B, n_heads, Lq, Lk) (see ``transformer_lib.masks``).
+    ``forward(query (B, Lq, d), key=None, value=None, mask=None, cache=None)`` returns
+    (B, Lq, d). Without ``key`` it is self-attention (keys and values from
+    ``query``); with ``key`` (B, Lk, d) it is cross-attention, the values from
+    ``value`` (B, Lk, d), or from ``key`` when ``value`` is None. ``mask`` is boolean,
+    True = may attend, broadcasting to (B, n_heads, Lq, Lk) (see
+    ``transformer_lib.masks``).
 
     Per-head attention weights (B, n_heads, Lq, Lk), for plots:
 
-    * ``out, weights = mha(q, k, v, mask, need_weights=True)``, or
+    * ``out, weights = mha.forward_with_weights(query, key, value, mask)``, or
     * set ``mha.record_weights = True``; every forward then stores them, detached, in
       ``mha.last_weights`` (this reaches the layers inside a whole model).
 
     Both use the explicit ``attention`` path; otherwise
     ``F.scaled_dot_product_attention`` runs (fused kernels on a GPU).
 
-    ``cache`` (a dict, for incremental decoding, chapter 11): in self-attention
-    (``query is key is value``) the new keys/values (B, h, t, d_k) are appended to
-    ``cache["k"]``, ``cache["v"]``; in cross-attention they are computed on the first
-    call, stored, and reused on later calls.
-
-    ``n_kv_heads`` (default ``n_heads``): grouped-query attention (chapter 13). Keys and
-    values get only ``n_kv_heads`` heads, each shared by ``n_heads // n_kv_heads``
-    query heads; ``in_proj`` then has d_model + 2·n_kv_heads·d_k rows, and the cache
-    holds (B, n_kv_heads, t, d_k). ``n_kv_heads=1`` is multi-query attention.
-    ``forward(..., rotary=f)`` (self-attention only) applies ``f`` to the queries and
-    the new keys, (B, heads, L, d_k), before the keys are cached (RoPE, chapter 13).
+    ``cache`` (an :class:`AttentionCache`, for incremental decoding, chapter 11): in
+    self-attention the new keys/values (B, h, t, d_k) are appended to it; in
+    cross-attention they are computed on the first call, stored, and reused on later
+    calls. Chapter 13 adds grouped-query attention and a rotary argument.
     """
 
+    # [book/13_modern.ipynb, cell 5d61bd9f]
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0,
                  bias: bool = True, n_kv_heads: int | None = None):
-        super().__init__()
-        d_model = check_int(d_model, "d_model")
-        n_heads = check_int(n_heads, "n_heads")
-        if d_model % n_heads != 0:
-            raise ValueError(f"d_model ({d_model}) must be divisible by "
-                             f"n_heads ({n_heads})")
+        nn.Module.__init__(self)                     # replaces chapter 3's constructor
+        d_model, n_heads = check_heads(d_model, n_heads)
         n_kv = n_heads if n_kv_heads is None else check_int(n_kv_heads, "n_kv_heads")
         if n_heads % n_kv != 0:
             raise ValueError(f"n_heads ({n_heads}) must be divisible by "
                              f"n_kv_heads ({n_kv})")
         self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
-        self.n_kv_heads, self.d_kv = n_kv, n_kv * self.d_k         # K and V: d_kv wide
+        self.n_kv_heads, self.d_kv = n_kv, n_kv * self.d_k         # K and V: g heads
         self.dropout = check_probability(dropout, "dropout", one=False)
         # rows: W_q (d_model), W_k, W_v (d_kv each; d_kv = d_model without GQA)
         self.in_proj = nn.Linear(d_model, d_model + 2 * self.d_kv, bias=bias)
@@ -163,10 +173,9 @@ class MultiHeadAttention(nn.Module):
             nn.init.zeros_(self.out_proj.bias)
 
     # [book/03_attention.ipynb, cell ffa0d713]
-    def _split(self, x: torch.Tensor, n_heads: int | None = None) -> torch.Tensor:
+    def _split(self, x: torch.Tensor) -> torch.Tensor:
         B, L, _ = x.shape                                              # (B, L, h·d_k)
-        h = self.n_heads if n_heads is None else n_heads
-        return x.view(B, L, h, self.d_k).transpose(1, 2)              # (B, h, L, d_k)
+        return x.view(B, L, -1, self.d_k).transpose(1, 2)             # (B, h, L, d_k)
 
     def _merge(self, x: torch.Tensor) -> torch.Tensor:
         B, _, L, _ = x.shape                                           # (B, h, L, d_k)
@@ -177,46 +186,51 @@ class MultiHeadAttention(nn.Module):
         return F.linear(x, self.in_proj.weight[part], b)              # rows `part`
 
     # [book/03_attention.ipynb, cell a879aff7]
-    def _qkv(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-             cache: dict | None, rotary: Callable | None = None
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """q (B, h, Lq, d_k), k and v (B, h_kv, Lk, d_k); read from or added to
-        ``cache``. ``rotary`` rotates q and the new k (self-attention)."""
-        d, dkv, h_kv = self.d_model, self.d_kv, self.n_kv_heads
-        if query is key and key is value:                      # self-attention
-            # one fused matmul: (B, L, d), (B, L, d_kv) x2
-            q, k, v = self.in_proj(query).split([d, dkv, dkv], dim=-1)
-            q = self._split(q)                                 # (B, h, L, d_k)
-            k, v = self._split(k, h_kv), self._split(v, h_kv)  # (B, h_kv, L, d_k)
-            if rotary is not None:                             # at their own positions
-                q, k = rotary(q), rotary(k)
-            if cache is not None:
-                if "k" in cache:                               # earlier positions
-                    k = torch.cat([cache["k"], k], dim=2)      # (B, h_kv, t + L, d_k)
-                    v = torch.cat([cache["v"], v], dim=2)
-                cache["k"], cache["v"] = k, v
-        else:                                                  # cross-attention
-            q = self._split(self._project(query, slice(0, d)))  # (B, h, Lq, d_k)
-            if cache is not None and "k" in cache:
-                k, v = cache["k"], cache["v"]                  # from the first call
-            else:
-                if key is value:
-                    kv = self._project(key, slice(d, d + 2 * dkv))  # (B, Lk, 2 d_kv)
-                    k, v = kv.chunk(2, dim=-1)                 # (B, Lk, d_kv) x2
-                else:
-                    k = self._project(key, slice(d, d + dkv))
-                    v = self._project(value, slice(d + dkv, d + 2 * dkv))
-                k, v = self._split(k, h_kv), self._split(v, h_kv)  # (B, h_kv, Lk, d_k)
-                if cache is not None:
-                    cache["k"], cache["v"] = k, v
+    # [book/13_modern.ipynb, cell 0b605ca3]
+    def _self_qkv(self, x: torch.Tensor, cache: AttentionCache | None,
+                  rotary: Callable[[torch.Tensor], torch.Tensor] | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Self-attention: q (B, h, L, d_k), k and v (B, n_kv_heads, L, d_k) of x, q and
+        the new k rotated by ``rotary``; the new k and v are appended to ``cache``."""
+        d, dkv = self.d_model, self.d_kv
+        q, k, v = self.in_proj(x).split([d, dkv, dkv], dim=-1)   # one fused matmul
+        q, k, v = self._split(q), self._split(k), self._split(v)
+        if rotary is not None:                                 # at their own positions
+            q, k = rotary(q), rotary(k)
+        if cache is not None:
+            if cache.k is not None and cache.v is not None:    # earlier positions
+                k = torch.cat([cache.k, k], dim=2)             # (B, h_kv, t + L, d_k)
+                v = torch.cat([cache.v, v], dim=2)
+            cache.k, cache.v = k, v
+        return q, k, v
+
+    def _cross_qkv(self, query: torch.Tensor, key: torch.Tensor,
+                   value: torch.Tensor | None, cache: AttentionCache | None
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Cross-attention: q of the query, k and v of key and value (of key when value
+        is None), computed on the first call with ``cache`` and read from it after."""
+        d, dkv = self.d_model, self.d_kv
+        q = self._split(self._project(query, slice(0, d)))         # (B, h, Lq, d_k)
+        if cache is not None and cache.k is not None and cache.v is not None:
+            return q, cache.k, cache.v                             # from the first call
+        if value is None:                                          # one matmul for both
+            kv = self._project(key, slice(d, d + 2 * dkv))         # (B, Lk, 2 d_kv)
+            k, v = kv.chunk(2, dim=-1)                             # (B, Lk, d_kv) x2
+        else:
+            k = self._project(key, slice(d, d + dkv))
+            v = self._project(value, slice(d + dkv, d + 2 * dkv))
+        k, v = self._split(k), self._split(v)                      # (B, h, Lk, d_k)
+        if cache is not None:
+            cache.k, cache.v = k, v
         return q, k, v
 
     # [book/03_attention.ipynb, cell 14328a87]
+    # [book/13_modern.ipynb, cell 5d61bd9f]
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 mask: torch.Tensor | None,
                 need_weights: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(out (B, h, Lq, d_k), weights (B, h, Lq, Lk) or None) on one of the paths;
-        k and v (B, h_kv, Lk, d_k)."""
+        k and v (B, n_kv_heads, Lk, d_k), each head shared by a group of query heads."""
         p = self.dropout if self.training else 0.0
         group = self.n_heads // self.n_kv_heads                # query heads per kv head
         if need_weights or self.record_weights:                # the explicit path
@@ -227,9 +241,7 @@ class MultiHeadAttention(nn.Module):
                 self.last_weights = weights.detach()
             return out, weights
         any_key = None
-        if mask is not None:
-            # rows with no permitted key: give the kernel a harmless row and zero the
-            # output after, so the result is 0 (not NaN) whatever the backend does
+        if mask is not None:                     # rows with no key: 0, as in chapter 3
             any_key = mask.any(dim=-1, keepdim=True)           # (B|1, 1|h, Lq|1, 1)
             mask = mask | ~any_key
         gqa = {"enable_gqa": True} if group > 1 else {}    # kv heads shared in-kernel
@@ -239,32 +251,83 @@ class MultiHeadAttention(nn.Module):
             out = out.masked_fill(~any_key, 0.0)
         return out, None                                       # (B, h, Lq, d_k)
 
-    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                mask: torch.Tensor | None = None, need_weights: bool = False,
-                cache: dict | None = None, rotary: Callable | None = None):
+    # [book/13_modern.ipynb, cell 0b605ca3]
+    def forward(self, query: torch.Tensor, key: torch.Tensor | None = None,
+                value: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+                cache: AttentionCache | None = None,
+                rotary: Callable[[torch.Tensor], torch.Tensor] | None = None
+                ) -> torch.Tensor:
+        return self._forward(query, key, value, mask, cache, False, rotary)[0]
+
+    def forward_with_weights(
+            self, query: torch.Tensor, key: torch.Tensor | None = None,
+            value: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+            cache: AttentionCache | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(forward's output, the weights (B, n_heads, Lq, Lk)): the explicit path."""
+        out, weights = self._forward(query, key, value, mask, cache, True)
+        return out, cast(torch.Tensor, weights)
+
+    # [book/13_modern.ipynb, cell 0b605ca3]
+    def _forward(self, query: torch.Tensor, key: torch.Tensor | None,
+                 value: torch.Tensor | None, mask: torch.Tensor | None,
+                 cache: AttentionCache | None, need_weights: bool,
+                 rotary: Callable[[torch.Tensor], torch.Tensor] | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if rotary is not None and key is not None:
+            raise ValueError("rotary is for self-attention (no key)")
+        self._check(query, key, value, mask, cache)  # before the cache changes
+        q, k, v = (self._self_qkv(query, cache, rotary) if key is None
+                   else self._cross_qkv(query, key, value, cache))
+        out, weights = self._attend(q, k, v, mask, need_weights)
+        return self.out_proj(self._merge(out)), weights        # (B, Lq, d_model)
+
+    # [book/03_attention.ipynb, cell 3d01b06b]
+    def _check(self, query: torch.Tensor, key: torch.Tensor | None,
+               value: torch.Tensor | None, mask: torch.Tensor | None,
+               cache: AttentionCache | None) -> None:
+        """A ValueError unless the inputs are (B, L, d_model), key and value agree,
+        and the mask broadcasts to the scores (B, h, Lq, Lk), cached keys included."""
+        if key is None and value is not None:
+            raise ValueError("value needs a key (cross-attention); give neither for "
+                             "self-attention")
         for name, t in (("query", query), ("key", key), ("value", value)):
-            if (not isinstance(t, torch.Tensor) or t.dim() != 3
-                    or t.size(-1) != self.d_model):
+            if t is not None and (not isinstance(t, torch.Tensor) or t.dim() != 3
+                                  or t.size(-1) != self.d_model):
                 got = tuple(getattr(t, "shape", ()))
                 raise ValueError(f"{name} must have shape (B, L, {self.d_model}), "
                                  f"got {got}")
-        if key.shape[:2] != value.shape[:2] or key.size(0) != query.size(0):
+        kv = query if key is None else key
+        if kv.size(0) != query.size(0) or (
+                value is not None and value.shape[:2] != kv.shape[:2]):
             raise ValueError(
-                f"query {tuple(query.shape)}, key {tuple(key.shape)} and value "
-                f"{tuple(value.shape)} must share the batch size, and key and value "
-                "the length")
-        Lk = key.size(1)                                       # keys to attend to
-        is_self = query is key and key is value
-        if rotary is not None and not is_self:
-            raise ValueError("rotary is for self-attention (query is key is value)")
-        if cache is not None and "k" in cache:
-            Lk = cache["k"].size(2) + (Lk if is_self else 0)
-        # before the cache changes: a bad mask leaves it as it was
+                f"query {tuple(query.shape)}, key {tuple(kv.shape)} and value "
+                f"{tuple((kv if value is None else value).shape)} must share the "
+                "batch size, and key and value the length")
+        Lk = kv.size(1)                                        # keys to attend to
+        if cache is not None and cache.k is not None:
+            Lk = cache.length + (Lk if key is None else 0)
         check_mask(mask, (query.size(0), self.n_heads, query.size(1), Lk))
-        q, k, v = self._qkv(query, key, value, cache, rotary)  # (B, h|h_kv, L, d_k)
-        out, weights = self._attend(q, k, v, mask, need_weights)
-        out = self.out_proj(self._merge(out))                  # (B, Lq, d_model)
-        return (out, weights) if need_weights else out
 
 
-__all__ = ['check_mask', 'attention', 'MultiHeadAttention']
+# [book/03_attention.ipynb, cell 09deaa4b]
+@dataclass
+class AttentionCache:
+    """The keys and values one attention block has computed, kept between the steps of
+    incremental decoding: k and v (B, heads, t, d_k), None before the first call."""
+
+    k: torch.Tensor | None = None
+    v: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        """How many key positions are cached."""
+        return 0 if self.k is None else self.k.size(2)
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep batch rows ``index`` (in that order): the beams that survive a step."""
+        if self.k is not None and self.v is not None:
+            self.k = self.k.index_select(0, index.to(self.k.device))
+            self.v = self.v.index_select(0, index.to(self.v.device))
+
+
+__all__ = ['check_mask', 'attention', 'MultiHeadAttention', 'AttentionCache']

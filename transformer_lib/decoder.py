@@ -1,21 +1,22 @@
 """Generated from book/08_decoder.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: c2e62869b42b0448
+# digest: db59e82488f4f113
 # fmt: off
 
 # [book/08_decoder.ipynb, cell b698ca2c]
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 import torch
 from torch import nn
 
-from transformer_lib.attention import MultiHeadAttention
+from transformer_lib.attention import AttentionCache, MultiHeadAttention
 from transformer_lib.checks import check_int
+from transformer_lib.encoder import LayerConfig
 from transformer_lib.feed_forward import PositionwiseFeedForward
-from transformer_lib.norm import SublayerConnection, make_norm
 from transformer_lib.torch_weights import (DecoderLayerParts, check_torch_layer,
                                            copy_attention, copy_feed_forward,
                                            copy_norms, expect_parts, expect_torch,
@@ -24,25 +25,32 @@ from transformer_lib.torch_weights import (DecoderLayerParts, check_torch_layer,
 _M = TypeVar("_M", bound=nn.Module)
 
 
-class KVCache:
-    """The keys and values every decoder layer has computed so far, kept between steps.
+@dataclass
+class LayerCache:
+    """One decoder layer's cached keys and values: its self-attention's (one position
+    more at every step) and its cross-attention's (the encoder output's, computed at
+    the first step); ``cross_attn`` is None in a model without cross-attention."""
 
-    ``layers[i]["self"]`` holds layer i's self-attention keys/values (B, h, t, d_k)
-    under "k" and "v", growing with every step; ``layers[i]["cross"]`` holds its
-    cross-attention keys/values of the encoder output (B, h, S, d_k), computed at the
-    first step and reused. Chapter 11 builds decoding on it.
+    self_attn: AttentionCache = field(default_factory=AttentionCache)
+    cross_attn: AttentionCache | None = field(default_factory=AttentionCache)
+
+
+class KVCache:
+    """The keys and values every decoder layer has computed so far, kept between steps:
+    ``layers[i]`` is layer i's :class:`LayerCache`, (B, h, t, d_k) tensors.
+    ``cross=False`` keeps self-attention caches only (a decoder-only model, chapter
+    13). Chapter 11 builds decoding on it.
     """
 
-    def __init__(self, n_layers: int):
+    def __init__(self, n_layers: int, cross: bool = True):
         n_layers = check_int(n_layers, "n_layers")
-        self.layers: list[dict[str, dict[str, torch.Tensor]]] = [
-            {"self": {}, "cross": {}} for _ in range(n_layers)]
+        self.layers = [LayerCache(AttentionCache(), AttentionCache() if cross else None)
+                       for _ in range(n_layers)]
 
     @property
     def length(self) -> int:
         """How many target positions are cached."""
-        k = self.layers[0]["self"].get("k")
-        return 0 if k is None else k.size(2)
+        return self.layers[0].self_attn.length
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep batch rows ``index`` (in that order) of every cached tensor: the beams
@@ -51,9 +59,9 @@ class KVCache:
                 or index.dtype.is_floating_point):
             raise ValueError("index must be a 1-D integer tensor of batch rows")
         for layer in self.layers:
-            for part in layer.values():
-                for key, t in part.items():
-                    part[key] = t.index_select(0, index.to(t.device))
+            layer.self_attn.reorder(index)
+            if layer.cross_attn is not None:
+                layer.cross_attn.reorder(index)
 
 
 # [book/08_decoder.ipynb, cell 285b0e66]
@@ -61,63 +69,54 @@ class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention to the encoder output, feed-forward;
     each in a sublayer.
 
+    Built from chapter 7's ``LayerConfig``.
     forward(x (B, T, d_model), memory (B, S, d_model), tgt_mask, memory_mask, cache)
     -> (B, T, d_model). ``tgt_mask`` (B or 1, 1, T, T) is the target's padding AND
     causal mask, for self-attention; ``memory_mask`` (B, 1, 1, S) is the source padding
     mask, for cross-attention. Both are boolean, True = may attend. ``cache`` is one
-    entry of ``KVCache.layers``.
+    entry of ``KVCache.layers``, a :class:`LayerCache`.
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
-                 norm_first: bool = False, activation: str = "relu",
-                 norm: str = "layer", eps: float = 1e-5):
+    def __init__(self, config: LayerConfig):
         super().__init__()
-        self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout=dropout,
-                                                    activation=activation)
+        c = LayerConfig.expect(config)
+        self.norm_first = c.norm_first
+        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.dropout)
+        self.cross_attn = MultiHeadAttention(c.d_model, c.n_heads, c.dropout)
+        self.feed_forward = PositionwiseFeedForward(c.d_model, c.d_ff, c.dropout,
+                                                    c.activation)
         # around self_attn, cross_attn and feed_forward
-        self.sublayer1 = SublayerConnection(d_model, dropout, norm_first, norm, eps)
-        self.sublayer2 = SublayerConnection(d_model, dropout, norm_first, norm, eps)
-        self.sublayer3 = SublayerConnection(d_model, dropout, norm_first, norm, eps)
+        self.sublayer1, self.sublayer2 = c.sublayer(), c.sublayer()
+        self.sublayer3 = c.sublayer()
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor,
                 tgt_mask: torch.Tensor | None = None,
                 memory_mask: torch.Tensor | None = None,
-                cache: dict[str, dict[str, torch.Tensor]] | None = None,
-                ) -> torch.Tensor:
-        sc = None if cache is None else cache["self"]
-        cc = None if cache is None else cache["cross"]
+                cache: LayerCache | None = None) -> torch.Tensor:
+        sc = None if cache is None else cache.self_attn
+        cc = None if cache is None else cache.cross_attn
         # 1. masked self-attention: queries, keys and values from the target  (B, T, d)
-        x = self.sublayer1(x, lambda y: self.self_attn(y, y, y, tgt_mask, cache=sc))
+        x = self.sublayer1(x, lambda y: self.self_attn(y, mask=tgt_mask, cache=sc))
         # 2. cross-attention: queries from the target, keys/values from memory (B, T, d)
         x = self.sublayer2(
-            x, lambda y: self.cross_attn(y, memory, memory, memory_mask, cache=cc))
+            x, lambda y: self.cross_attn(y, memory, mask=memory_mask, cache=cc))
         # 3. position-wise feed-forward                                        (B, T, d)
         return self.sublayer3(x, self.feed_forward)
 
 
 # [book/08_decoder.ipynb, cell ae1b19c0]
 class Decoder(nn.Module):
-    """A stack of ``n_layers`` decoder layers, then a final norm when ``final_norm``
-    (default: Pre-Norm only). Every layer attends to the same ``memory``, the encoder's
-    final output.
+    """A stack of ``n_layers`` decoder layers with the options of ``config``, then
+    ``config.stack_norm()`` (default: a final norm for Pre-Norm only). Every layer
+    attends to the same ``memory``, the encoder's final output.
     """
 
-    def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int,
-                 dropout: float = 0.1, norm_first: bool = False,
-                 activation: str = "relu", norm: str = "layer", eps: float = 1e-5,
-                 final_norm: bool | None = None):
+    def __init__(self, config: LayerConfig, n_layers: int):
         super().__init__()
-        n_layers = check_int(n_layers, "n_layers")
-        self.layers = nn.ModuleList(
-            DecoderLayer(d_model, n_heads, d_ff, dropout, norm_first, activation, norm,
-                         eps)
-            for _ in range(n_layers))
-        use_final = norm_first if final_norm is None else final_norm
-        self.norm = make_norm(norm, d_model, eps) if use_final else nn.Identity()
-        self.d_model = d_model
+        config, n_layers = LayerConfig.expect(config), check_int(n_layers, "n_layers")
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(n_layers))
+        self.norm = config.stack_norm()
+        self.d_model = config.d_model
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor,
                 tgt_mask: torch.Tensor | None = None,
@@ -170,6 +169,7 @@ def load_torch_decoder(decoder: _M, reference: nn.Module) -> _M:
 
 
 __all__ = [
+    'LayerCache',
     'KVCache',
     'DecoderLayer',
     'Decoder',

@@ -1,7 +1,7 @@
 """Generated from book/01_embedding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 33e46fabad9f0289
+# digest: edb922bfcbcc6e4e
 # fmt: off
 
 # [book/01_embedding.ipynb, cell 53511cdc]
@@ -59,6 +59,11 @@ class TokenEmbedding(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         check_token_ids(ids, self.vocab_size)  # ids (B, L), integers in [0, vocab_size)
+        return self.lookup(ids)
+
+    def lookup(self, ids: torch.Tensor) -> torch.Tensor:
+        """``forward`` without the check of ``ids``, for a caller that checked them
+        already (chapter 9's model checks its inputs once, at its own entry)."""
         # uint8, int16: the lookup takes int32/int64
         if ids.dtype not in (torch.int32, torch.int64):
             ids = ids.long()

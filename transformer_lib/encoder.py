@@ -1,20 +1,22 @@
 """Generated from book/07_encoder.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 42f70160ba1a9516
+# digest: 629d16dd1eaedb51
 # fmt: off
 
 # [book/07_encoder.ipynb, cell 358f147a]
 from __future__ import annotations
 
-from typing import TypeVar
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
 
-from transformer_lib.attention import MultiHeadAttention
-from transformer_lib.checks import check_int
-from transformer_lib.feed_forward import PositionwiseFeedForward
+from transformer_lib.attention import MultiHeadAttention, check_heads
+from transformer_lib.checks import check_float, check_int, check_probability
+from transformer_lib.feed_forward import ACTIVATIONS, PositionwiseFeedForward
 from transformer_lib.norm import SublayerConnection, make_norm
 from transformer_lib.torch_weights import EncoderLayerParts, check_torch_layer
 from transformer_lib.torch_weights import load_torch_stack
@@ -24,55 +26,108 @@ from transformer_lib.torch_weights import copy_norms, expect_parts, expect_torch
 _M = TypeVar("_M", bound=nn.Module)
 
 
+# [book/07_encoder.ipynb, cell a5cff9d8]
+@dataclass
+class LayerConfig:
+    """The options of every layer of an encoder or decoder stack, checked on creation.
+
+    ``norm_first=False`` is the paper's Post-Norm, True is Pre-Norm; ``norm`` is
+    "layer" or "rms", ``activation`` one of ``ACTIVATIONS``. ``final_norm``: a norm
+    after the last layer; None means "with Pre-Norm only". Chapter 9's
+    ``TransformerConfig`` has these fields too: :meth:`of` takes them from it.
+    """
+
+    d_model: int = 512
+    n_heads: int = 8
+    d_ff: int = 2048
+    dropout: float = 0.1
+    norm_first: bool = False
+    activation: str = "relu"
+    norm: str = "layer"
+    eps: float = 1e-5
+    final_norm: bool | None = None
+
+    def __post_init__(self) -> None:
+        self.d_model, self.n_heads = check_heads(self.d_model, self.n_heads)
+        self.d_ff = check_int(self.d_ff, "d_ff")
+        self.dropout = check_probability(self.dropout, "dropout", one=False)
+        self.eps = check_float(self.eps, "eps", 0.0, low_open=True, high_open=True)
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, "
+                             f"got {self.activation!r}")
+        if self.norm not in ("layer", "rms"):
+            raise ValueError(f"norm must be 'layer' or 'rms', got {self.norm!r}")
+        if not isinstance(self.norm_first, bool):
+            raise ValueError(f"norm_first must be True or False, "
+                             f"got {self.norm_first!r}")
+        if not (self.final_norm is None or isinstance(self.final_norm, bool)):
+            raise ValueError(f"final_norm must be None, True or False, "
+                             f"got {self.final_norm!r}")
+
+    @classmethod
+    def expect(cls, config: object) -> LayerConfig:
+        """``config`` itself if it is a LayerConfig, else a TypeError naming it."""
+        if not isinstance(config, cls):
+            raise TypeError(f"config must be a LayerConfig, got "
+                            f"{type(config).__name__} (LayerConfig.of(c) builds one "
+                            "from a config with its fields)")
+        return config
+
+    @classmethod
+    def of(cls, config: Any) -> LayerConfig:
+        """The layer options of any config that has these fields (checked here)."""
+        return cls(**{f.name: getattr(config, f.name)
+                      for f in dataclasses.fields(cls)})
+
+    def sublayer(self) -> SublayerConnection:
+        """A residual + norm wrapper with these options (chapter 6)."""
+        return SublayerConnection(self.d_model, self.dropout, self.norm_first,
+                                  self.norm, self.eps)
+
+    def stack_norm(self) -> nn.Module:
+        """The norm after a stack: ``final_norm``, or for None, Pre-Norm only."""
+        use = self.norm_first if self.final_norm is None else self.final_norm
+        return make_norm(self.norm, self.d_model, self.eps) if use else nn.Identity()
+
+
+# [book/07_encoder.ipynb, cell 6c3f56ab]
 class EncoderLayer(nn.Module):
     """Self-attention and feed-forward, each inside a residual + norm sublayer:
-    (B, L, d) -> (B, L, d).
+    (B, L, d) -> (B, L, d), with the options of ``config``.
 
     ``mask`` is boolean, True = may attend, and broadcasts to (B, n_heads, L, L):
     usually the padding mask ``padding_mask(src, pad_id)`` of shape (B, 1, 1, L).
-    ``norm_first=False`` is the paper's Post-Norm; ``norm_first=True`` is Pre-Norm.
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
-                 norm_first: bool = False, activation: str = "relu",
-                 norm: str = "layer", eps: float = 1e-5):
+    def __init__(self, config: LayerConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout=dropout,
-                                                    activation=activation)
+        c = LayerConfig.expect(config)
+        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.dropout)
+        self.feed_forward = PositionwiseFeedForward(c.d_model, c.d_ff, c.dropout,
+                                                    c.activation)
         # around self-attention, and around the FFN
-        self.sublayer1 = SublayerConnection(d_model, dropout, norm_first, norm, eps)
-        self.sublayer2 = SublayerConnection(d_model, dropout, norm_first, norm, eps)
-        self.d_model, self.norm_first = d_model, norm_first
+        self.sublayer1, self.sublayer2 = c.sublayer(), c.sublayer()
+        self.d_model, self.norm_first = c.d_model, c.norm_first
 
     def forward(self, x: torch.Tensor,
                 mask: torch.Tensor | None = None) -> torch.Tensor:
-        # the meeting, then the desk work                        (B, L, d_model) each
-        x = self.sublayer1(x, lambda y: self.self_attn(y, y, y, mask))
+        # self-attention, then the position-wise FFN          (B, L, d_model) each
+        x = self.sublayer1(x, lambda y: self.self_attn(y, mask=mask))
         return self.sublayer2(x, self.feed_forward)
 
 
 class Encoder(nn.Module):
-    """A stack of ``n_layers`` encoder layers, then a final norm when ``final_norm``.
-
-    ``final_norm=None`` (default) adds the final norm for Pre-Norm only, where the
-    residual stream is otherwise never normalised.
-    forward(x (B, L, d_model), mask=None) -> (B, L, d_model).
+    """A stack of ``n_layers`` encoder layers with the options of ``config``, then
+    ``config.stack_norm()`` (a final norm for Pre-Norm, unless ``final_norm`` says
+    otherwise). forward(x (B, L, d_model), mask=None) -> (B, L, d_model).
     """
 
-    def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int,
-                 dropout: float = 0.1, norm_first: bool = False,
-                 activation: str = "relu", norm: str = "layer", eps: float = 1e-5,
-                 final_norm: bool | None = None):
+    def __init__(self, config: LayerConfig, n_layers: int):
         super().__init__()
-        n_layers = check_int(n_layers, "n_layers")
-        self.layers = nn.ModuleList(
-            EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first, activation, norm,
-                         eps)
-            for _ in range(n_layers))
-        use_final = norm_first if final_norm is None else final_norm
-        self.norm = make_norm(norm, d_model, eps) if use_final else nn.Identity()
-        self.d_model = d_model
+        config, n_layers = LayerConfig.expect(config), check_int(n_layers, "n_layers")
+        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(n_layers))
+        self.norm = config.stack_norm()
+        self.d_model = config.d_model
 
     def forward(self, x: torch.Tensor,
                 mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -104,4 +159,10 @@ def load_torch_encoder(encoder: _M, reference: nn.Module) -> _M:
                             load_torch_encoder_layer, "encoder")
 
 
-__all__ = ['EncoderLayer', 'Encoder', 'load_torch_encoder_layer', 'load_torch_encoder']
+__all__ = [
+    'LayerConfig',
+    'EncoderLayer',
+    'Encoder',
+    'load_torch_encoder_layer',
+    'load_torch_encoder',
+]

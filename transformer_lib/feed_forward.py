@@ -1,7 +1,7 @@
 """Generated from book/05_feed_forward.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 23a3651d008141e2
+# digest: 5aa2fcf32b056804
 # fmt: off
 
 # [book/05_feed_forward.ipynb, cell fc405d40]
@@ -58,7 +58,7 @@ class PositionwiseFeedForward(nn.Module):
         self.d_ff = check_int(d_ff, "d_ff")
         self.activation_name = activation
         self.activation = get_activation(activation)
-        self.linear1 = nn.Linear(d_model, d_ff, bias)  # keys: a row of W1ᵀ per cell
+        self.linear1 = nn.Linear(d_model, d_ff, bias)  # keys: a row of W1ᵀ per unit
         self.linear2 = nn.Linear(d_ff, d_model, bias)  # values: a column of W2ᵀ each
         self.gate = (nn.Linear(d_model, d_ff, bias)    # SwiGLU's third matrix
                      if activation in GATED_ACTIVATIONS else None)
@@ -68,7 +68,7 @@ class PositionwiseFeedForward(nn.Module):
         if x.size(-1) != self.d_model:
             raise ValueError(f"x must have last dimension d_model={self.d_model}, "
                              f"got shape {tuple(x.shape)}")
-        # (B, L, d_ff): which memory cells fire, and how much
+        # (B, L, d_ff): the activations of the hidden units
         if self.gate is None:
             h = self.activation(self.linear1(x))
         else:                                          # gated: act(x W_g) ⊙ (x W_1)

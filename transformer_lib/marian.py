@@ -1,7 +1,7 @@
 """Generated from book/appendix_marian.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: e085868ba0a30f89
+# digest: d5aaea1474270553
 # fmt: off
 
 # [book/appendix_marian.ipynb, cell 355b3753]
@@ -16,9 +16,10 @@ import torch
 from safetensors.torch import load_model, save_model
 
 from transformer_lib.checks import resolve_device
-from transformer_lib.translation.corpus import atomic_write
 from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.translation.translate import CONFIG_FILE, WEIGHTS_FILE, ModelDirError
+from transformer_lib.training.files import atomic_write
+from transformer_lib.translation.model_dir import (CONFIG_FILE, TOKENIZER_KIND_FILE,
+                                                   WEIGHTS_FILE, ModelDirError)
 
 #: Marian's activation names -> the feed-forward activations of chapter 5
 MARIAN_ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu"}
@@ -119,8 +120,9 @@ def from_marian(hf_model: Any) -> Transformer:
 # [book/appendix_marian.ipynb, cell 7d3f4fd9]
 class MarianTokenizerAdapter:
     """A ``transformers`` ``MarianTokenizer`` (SentencePiece) with the interface of
-    :class:`~transformer_lib.translation.tokenizer.BPETokenizer`: ``vocab_size``, ``encode``,
-    ``encode_batch``, ``decode``, ``decode_batch``, ``tokens``, ``save``, ``load``.
+    :class:`~transformer_lib.translation.tokenizer.BPETokenizer`: ``vocab_size``,
+    ``encode``, ``encode_batch``, ``decode``, ``decode_batch``, ``tokens``, ``save``,
+    ``load``.
 
     ``encode`` ends the ids with ``</s>`` by default (``add_eos=True``), as Marian's
     sources do; ``add_bos`` puts the decoder's start token (the pad id) in front."""
@@ -195,8 +197,9 @@ class MarianTokenizerAdapter:
 
 
 # [book/appendix_marian.ipynb, cell 2cdf4c50]
-#: the file that records a model directory's tokenizer kind; where Marian's files go
-TOKENIZER_KIND_FILE, MARIAN_TOKENIZER_DIR = "tokenizer_kind.json", "marian_tokenizer"
+#: where a model directory keeps Marian's tokenizer files (chapter 12's
+#: TOKENIZER_KIND_FILE records that they are there)
+MARIAN_TOKENIZER_DIR = "marian_tokenizer"
 
 
 def save_marian_dir(path, model: Transformer,
@@ -267,7 +270,6 @@ __all__ = [
     'marian_state_dict',
     'from_marian',
     'MarianTokenizerAdapter',
-    'TOKENIZER_KIND_FILE',
     'MARIAN_TOKENIZER_DIR',
     'save_marian_dir',
     'load_marian_dir',

@@ -1,7 +1,7 @@
 """Generated from book/04_masks.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 3b22e1d0faf057f3
+# digest: 483467f0403d0988
 # fmt: off
 
 # [book/04_masks.ipynb, cell 8d9dac0d]
@@ -20,7 +20,7 @@ def padding_mask(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
     chapter 4).
     """
     check_token_ids(ids, None, "ids", dims=2)                # (B, L), integer dtype
-    return (ids != pad_id)[:, None, None, :]                 # (B, 1, 1, L)
+    return padding_mask_unchecked(ids, pad_id)               # (B, 1, 1, L)
 
 
 def _causal(size: int, device: torch.device | str | None) -> torch.Tensor:
@@ -37,8 +37,15 @@ def target_mask(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
     """(B, L) target ids -> (B, 1, L, L): the padding mask AND the causal mask (decoder
     self-attention)."""
     check_token_ids(ids, None, "ids", dims=2)                # (B, L), integer dtype
-    keys = (ids != pad_id)[:, None, None, :]                 # (B, 1, 1, L)
+    keys = padding_mask_unchecked(ids, pad_id)               # (B, 1, 1, L)
     return keys & _causal(ids.size(1), ids.device)           # (B, 1, L, L)
+
+
+# [book/04_masks.ipynb, cell 88f9caa3]
+def padding_mask_unchecked(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """:func:`padding_mask` without its check of ``ids``, for a caller that checked
+    them already (chapter 9's model): (B, L) -> (B, 1, 1, L)."""
+    return (ids != pad_id)[:, None, None, :]
 
 
 __all__ = ['padding_mask', 'causal_mask', 'target_mask']

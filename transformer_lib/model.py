@@ -1,7 +1,7 @@
 """Generated from book/09_model.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 52fa0b284a8734a5
+# digest: de95bd016d3a21dd
 # fmt: off
 
 # [book/09_model.ipynb, cell c85a103b]
@@ -9,20 +9,39 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
-from transformer_lib.checks import check_float, check_int, check_probability
-from transformer_lib.checks import check_token_ids
+from transformer_lib.checks import check_int, check_token_ids
 from transformer_lib.decoder import Decoder, KVCache, load_torch_decoder
 from transformer_lib.embedding import TokenEmbedding
-from transformer_lib.encoder import Encoder, load_torch_encoder
-from transformer_lib.feed_forward import ACTIVATIONS
-from transformer_lib.masks import causal_mask, padding_mask
+from transformer_lib.encoder import Encoder, LayerConfig, load_torch_encoder
+from transformer_lib.masks import causal_mask, padding_mask_unchecked
 from transformer_lib.positional import PE_LAYOUTS, PositionalEncoding
 from transformer_lib.torch_weights import DecoderLayerParts, EncoderLayerParts
 from transformer_lib.torch_weights import check_torch_stack, expect_parts, expect_torch
+
+
+# [book/09_model.ipynb, cell af55530d]
+def check_special_ids(config: Any, vocab_size: int, vocab_name: str = "vocab_size",
+                      bos_may_be_pad: bool = True) -> None:
+    """Check ``config.pad_id``, ``bos_id`` and ``eos_id`` and store them as ints: token
+    ids below ``vocab_size`` (called ``vocab_name`` in the message); eos differs from
+    pad and bos, which are never generated; bos from pad unless ``bos_may_be_pad``."""
+    for name in ("pad_id", "bos_id", "eos_id"):
+        value = check_int(getattr(config, name), name, minimum=0)
+        if value >= vocab_size:
+            raise ValueError(f"{name} must be a token id below {vocab_name}="
+                             f"{vocab_size}, got {value!r}")
+        setattr(config, name, value)
+    pad, bos, eos = config.pad_id, config.bos_id, config.eos_id
+    if eos in (pad, bos) or (pad == bos and not bos_may_be_pad):
+        may = " (pad_id may equal bos_id)" if bos_may_be_pad else ""
+        raise ValueError(f"eos_id ({eos}), pad_id ({pad}) and bos_id ({bos}) must "
+                         f"differ{may}: "
+                         "pad and bos are never generated, eos must be")
 
 
 # [book/09_model.ipynb, cell 98696042]
@@ -68,43 +87,24 @@ class TransformerConfig:
     output_bias: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads",
-                     "n_encoder_layers", "n_decoder_layers", "d_ff", "max_len"):
+        for name in ("src_vocab_size", "tgt_vocab_size", "n_encoder_layers",
+                     "n_decoder_layers", "max_len"):
             setattr(self, name, check_int(getattr(self, name), name))
-        if self.d_model % self.n_heads:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by "
-                             f"n_heads ({self.n_heads})")
-        self.dropout = check_probability(self.dropout, "dropout", one=False)
-        self.eps = check_float(self.eps, "eps", 0.0, low_open=True, high_open=True)
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, "
-                             f"got {self.activation!r}")
-        if self.norm not in ("layer", "rms"):
-            raise ValueError(f"norm must be 'layer' or 'rms', got {self.norm!r}")
+        layer = LayerConfig.of(self)            # chapter 7 checks the layer options
+        for field in dataclasses.fields(layer):
+            setattr(self, field.name, getattr(layer, field.name))
         if self.positional_layout not in PE_LAYOUTS:
             raise ValueError(f"positional_layout must be one of {PE_LAYOUTS}, "
                              f"got {self.positional_layout!r}")
-        for name in ("norm_first", "tie_output", "share_embeddings", "output_bias"):
+        for name in ("tie_output", "share_embeddings", "output_bias"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, "
                                  f"got {getattr(self, name)!r}")
-        if not (self.final_norm is None or isinstance(self.final_norm, bool)):
-            raise ValueError(f"final_norm must be None, True or False, "
-                             f"got {self.final_norm!r}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError("share_embeddings needs src_vocab_size == tgt_vocab_size, "
                              f"got {self.src_vocab_size} and {self.tgt_vocab_size}")
-        vocab = min(self.src_vocab_size, self.tgt_vocab_size)
-        for name in ("pad_id", "bos_id", "eos_id"):
-            value = check_int(getattr(self, name), name, minimum=0)
-            if value >= vocab:
-                raise ValueError(f"{name} must be a token id of both vocabularies, "
-                                 f"[0, {vocab}), got {value!r}")
-            setattr(self, name, value)
-        if self.eos_id in (self.pad_id, self.bos_id):
-            raise ValueError(f"eos_id ({self.eos_id}) must differ from pad_id "
-                             f"({self.pad_id}) and bos_id ({self.bos_id}): pad and bos "
-                             "are never generated, eos must be")
+        check_special_ids(self, min(self.src_vocab_size, self.tgt_vocab_size),
+                          "both vocabularies' size")
 
     # [book/09_model.ipynb, cell f33cd6c8]
     def to_dict(self) -> dict:
@@ -158,10 +158,9 @@ class Transformer(nn.Module):
                  for name, default in LATER_FIELDS.items()}
         self.positional = PositionalEncoding(c.d_model, c.max_len, c.dropout,
                                              str(later["positional_layout"]))
-        layer = (c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first, c.activation,
-                 c.norm, c.eps)
-        self.encoder = Encoder(c.n_encoder_layers, *layer, final_norm=c.final_norm)
-        self.decoder = Decoder(c.n_decoder_layers, *layer, final_norm=c.final_norm)
+        layer = LayerConfig.of(c)                # the options of every layer
+        self.encoder = Encoder(layer, c.n_encoder_layers)
+        self.decoder = Decoder(layer, c.n_decoder_layers)
         # the prediction head; tied, it is the target embedding: one (V, d_model) tensor
         self.output = nn.Linear(c.d_model, c.tgt_vocab_size,
                                 bias=bool(later["output_bias"]))
@@ -186,28 +185,18 @@ class Transformer(nn.Module):
             self.tgt_embed.reset_parameters()
 
     # [book/09_model.ipynb, cell 05b2945e]
-    def _check_ids(self, ids: torch.Tensor, name: str, vocab_size: int,
-                   start: int = 0) -> None:
-        check_token_ids(ids, vocab_size, name, dims=2)
-        if ids.size(0) == 0 or ids.size(1) == 0:
-            raise ValueError(f"{name} is empty: shape {tuple(ids.shape)}, expected at "
-                             "least one row and one position")
-        if start + ids.size(1) > self.config.max_len:
-            where = f" after {start} cached positions" if start else ""
-            raise ValueError(f"{name} has length {ids.size(1)}{where}, longer than "
-                             f"max_len={self.config.max_len}")
-
     def encode(self, src: torch.Tensor,
                src_mask: torch.Tensor | None = None) -> torch.Tensor:
         """src (B, S) ids -> memory (B, S, d_model). ``src_mask`` defaults to the
         padding mask of ``src``."""
-        self._check_ids(src, "src", self.config.src_vocab_size)
+        c = self.config
+        check_ids(src, "src", c.src_vocab_size, c.max_len)
         return self._encode(src, src_mask)
 
     def _encode(self, src: torch.Tensor, src_mask: torch.Tensor | None) -> torch.Tensor:
-        if src_mask is None:
-            src_mask = padding_mask(src, self.config.pad_id)         # (B, 1, 1, S)
-        x = self.positional(self.src_embed(src))                     # (B, S, d_model)
+        if src_mask is None:                                 # src is checked already
+            src_mask = padding_mask_unchecked(src, self.config.pad_id)  # (B, 1, 1, S)
+        x = self.positional(self.src_embed.lookup(src))              # (B, S, d_model)
         return self.encoder(x, src_mask)                             # (B, S, d_model)
 
     # [book/09_model.ipynb, cell ef335c04]
@@ -226,8 +215,8 @@ class Transformer(nn.Module):
         position (the target's padding is not masked: generation has none before a
         sentence ends).
         """
-        start = 0 if cache is None else cache.length
-        self._check_ids(tgt_in, "tgt_in", self.config.tgt_vocab_size, start)
+        start, c = 0 if cache is None else cache.length, self.config
+        check_ids(tgt_in, "tgt_in", c.tgt_vocab_size, c.max_len, start)
         return self._decode(tgt_in, memory, src_mask, cache, start)
 
     def _decode(self, tgt_in: torch.Tensor, memory: torch.Tensor,
@@ -240,7 +229,7 @@ class Transformer(nn.Module):
             tgt_mask = None                              # one new query sees every key
         else:                                            # (1, 1, T, start + T)
             tgt_mask = causal_mask(start + T, device=tgt_in.device)[..., start:, :]
-        x = self.positional(self.tgt_embed(tgt_in), start_pos=start)  # (B, T, d_model)
+        x = self.positional(self.tgt_embed.lookup(tgt_in), start)     # (B, T, d_model)
         x = self.decoder(x, memory, tgt_mask, src_mask, cache)       # (B, T, d_model)
         return self.output(x)                                 # (B, T, tgt_vocab_size)
 
@@ -252,12 +241,13 @@ class Transformer(nn.Module):
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """src (B, S), tgt_in (B, T) -> logits (B, T, tgt_vocab_size), in one pass
         (teacher forcing)."""
-        self._check_ids(src, "src", self.config.src_vocab_size)
-        self._check_ids(tgt_in, "tgt_in", self.config.tgt_vocab_size)
+        c = self.config
+        check_ids(src, "src", c.src_vocab_size, c.max_len)
+        check_ids(tgt_in, "tgt_in", c.tgt_vocab_size, c.max_len)
         if src.size(0) != tgt_in.size(0):
             raise ValueError(f"src and tgt_in must have the same batch size, got "
                              f"{src.size(0)} and {tgt_in.size(0)}")
-        src_mask = padding_mask(src, self.config.pad_id)             # (B, 1, 1, S)
+        src_mask = padding_mask_unchecked(src, c.pad_id)             # (B, 1, 1, S)
         memory = self._encode(src, src_mask)                         # (B, S, d_model)
         return self._decode(tgt_in, memory, src_mask, None, 0)       # (B, T, V)
 
@@ -286,6 +276,22 @@ class Transformer(nn.Module):
         # every block recorded its weights in the pass above
         return {name: [m.last_weights for m in ms if m.last_weights is not None]
                 for name, ms in groups.items()}
+
+
+# [book/09_model.ipynb, cell 73d293d2]
+def check_ids(ids: Any, name: str, vocab_size: int, max_len: int,
+              start: int = 0) -> None:
+    """A ValueError unless ``ids`` is a non-empty (B, L) integer tensor of ids in
+    [0, vocab_size) that fits the positional table after ``start`` positions:
+    ``start + L <= max_len``."""
+    check_token_ids(ids, vocab_size, name, dims=2)
+    if ids.size(0) == 0 or ids.size(1) == 0:
+        raise ValueError(f"{name} is empty: shape {tuple(ids.shape)}, expected at "
+                         "least one row and one position")
+    if start + ids.size(1) > max_len:
+        where = f" after {start} cached positions" if start else ""
+        raise ValueError(f"{name} has length {ids.size(1)}{where}, longer than "
+                         f"max_len={max_len}")
 
 
 # [book/09_model.ipynb, cell b776b95f]

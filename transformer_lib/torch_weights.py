@@ -1,7 +1,7 @@
 """Generated from book/07_encoder.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: a2a572fd9e64cf2b
+# digest: 3db5b86c3a266df6
 # fmt: off
 
 # [book/07_encoder.ipynb, cell e85fcdef]
@@ -173,19 +173,4 @@ def load_torch_stack(stack: _S, reference: nn.Module, torch_class: type[_TorchSt
     return stack
 
 
-__all__ = [
-    'EncoderLayerParts',
-    'DecoderLayerParts',
-    'LayerStack',
-    'expect_parts',
-    'expect_torch',
-    'check_same',
-    'torch_activation',
-    'check_norm',
-    'check_torch_layer',
-    'check_torch_stack',
-    'copy_attention',
-    'copy_feed_forward',
-    'copy_norms',
-    'load_torch_stack',
-]
+__all__ = []

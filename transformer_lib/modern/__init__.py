@@ -2,11 +2,10 @@
 
 Generated from book/13_modern.ipynb.
 Edit the notebooks, not this file; regenerate with ``python tools/export.py``."""
-# digest: d1ffc0e49a577c05
+# digest: 44dcdd5bdc4b9f43
 # fmt: off
 
 from transformer_lib.modern.rope import (
-    LAYOUTS,
     rotary_frequencies,
     rotate,
     apply_rotary,
@@ -27,7 +26,6 @@ from transformer_lib.modern.llama import (
 )
 
 __all__ = [
-    'LAYOUTS',
     'rotary_frequencies',
     'rotate',
     'apply_rotary',

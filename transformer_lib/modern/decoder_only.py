@@ -1,27 +1,30 @@
 """Generated from book/13_modern.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 9095e2bb3bbc7c6d
+# digest: a254ea737b055ce4
 # fmt: off
 
 # [book/13_modern.ipynb, cell 96baa493]
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_lib.attention import MultiHeadAttention
+from transformer_lib.attention import MultiHeadAttention, check_heads
 from transformer_lib.checks import check_float, check_int, check_probability
-from transformer_lib.decoder import KVCache
+from transformer_lib.decoder import KVCache, LayerCache
 from transformer_lib.embedding import TokenEmbedding
 from transformer_lib.feed_forward import PositionwiseFeedForward, swiglu_width
+from transformer_lib.model import check_special_ids
 from transformer_lib.norm import SublayerConnection, make_norm
-from transformer_lib.positional import LearnedPositionalEncoding, PositionalEncoding
-from transformer_lib.modern.rope import LAYOUTS, RotaryEmbedding
+from transformer_lib.positional import (PE_LAYOUTS, LearnedPositionalEncoding,
+                                        PositionalEncoding)
+from transformer_lib.modern.rope import RotaryEmbedding
 
 #: the ``positions`` choices of :class:`DecoderOnlyConfig`
 POSITIONS = ("rope", "sinusoidal", "learned", "none")
@@ -30,15 +33,13 @@ POSITIONS = ("rope", "sinusoidal", "learned", "none")
 def _check_config(c: DecoderOnlyConfig) -> None:
     """Check a :class:`DecoderOnlyConfig` and fill in its defaults that depend on
     other fields (``d_ff``, ``embed_scale``)."""
-    for name in ("vocab_size", "d_model", "n_heads", "n_layers", "max_len"):
+    for name in ("vocab_size", "n_layers", "max_len"):
         setattr(c, name, check_int(getattr(c, name), name))
+    c.d_model, c.n_heads = check_heads(c.d_model, c.n_heads)    # chapter 3's rule
     for name, value, allowed in (("positions", c.positions, POSITIONS),
-                                 ("rope_layout", c.rope_layout, LAYOUTS)):
+                                 ("rope_layout", c.rope_layout, PE_LAYOUTS)):
         if value not in allowed:
             raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
-    if c.d_model % c.n_heads:
-        raise ValueError(f"d_model ({c.d_model}) must be divisible by "
-                         f"n_heads ({c.n_heads})")
     if c.positions == "rope" and (c.d_model // c.n_heads) % 2:
         raise ValueError(f"RoPE rotates pairs: the head width d_model // n_heads "
                          f"must be even, got {c.d_model // c.n_heads}")
@@ -52,11 +53,8 @@ def _check_config(c: DecoderOnlyConfig) -> None:
         raise ValueError(f"prefix_lm must be True or False, got {c.prefix_lm!r}")
     c.dropout = check_probability(c.dropout, "dropout", one=False)
     c.rope_base = check_float(c.rope_base, "rope_base", 1.0, low_open=True)
-    ids = {k: check_int(getattr(c, k), k, minimum=0)
-           for k in ("pad_id", "bos_id", "eos_id")}
-    if len(set(ids.values())) < 3 or max(ids.values()) >= c.vocab_size:
-        raise ValueError(f"pad_id, bos_id and eos_id must differ and be below "
-                         f"vocab_size={c.vocab_size}, got {ids}")
+    # chapter 9's rule, and bos is the separator: it may not be the padding
+    check_special_ids(c, c.vocab_size, bos_may_be_pad=False)
 
 
 # [book/13_modern.ipynb, cell 2aaa4ef9]
@@ -122,7 +120,7 @@ class DecoderOnlyBlock(nn.Module):
 
     ``forward(x (B, L, d), mask, rotary=None, cache=None)``: ``mask`` (B|1, 1, L, Lk)
     boolean, True = may attend; ``rotary`` rotates queries and new keys (RoPE);
-    ``cache`` is one entry of ``KVCache.layers`` (its "self" dict is used)."""
+    ``cache`` is one entry of ``KVCache.layers`` (its ``self_attn`` cache is used)."""
 
     def __init__(self, c: DecoderOnlyConfig):
         super().__init__()
@@ -135,10 +133,11 @@ class DecoderOnlyBlock(nn.Module):
         self.sublayer2 = SublayerConnection(c.d_model, c.dropout, True, c.norm, c.eps)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                rotary=None, cache: dict | None = None) -> torch.Tensor:
-        sc = None if cache is None else cache["self"]
+                rotary: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                cache: LayerCache | None = None) -> torch.Tensor:
+        sc = None if cache is None else cache.self_attn
         x = self.sublayer1(
-            x, lambda y: self.self_attn(y, y, y, mask, cache=sc, rotary=rotary))
+            x, lambda y: self.self_attn(y, mask=mask, cache=sc, rotary=rotary))
         return self.sublayer2(x, self.feed_forward)                 # (B, L, d)
 
 
@@ -194,8 +193,8 @@ class DecoderOnlyLM(nn.Module):
             nn.init.normal_(self.lm_head.weight, std=0.02)
 
     def new_cache(self) -> KVCache:
-        """Chapter 8's cache, one "self" dict per block."""
-        return KVCache(len(self.blocks))
+        """Chapter 8's cache, self-attention keys and values only, one per block."""
+        return KVCache(len(self.blocks), cross=False)
 
     # [book/13_modern.ipynb, cell 020c611d]
     def _add_positions(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
