@@ -3,7 +3,8 @@
 Hypothesis profiles: on CI (``CI`` set) the property tests draw the same examples every run, so a red CI
 means a change, not luck; locally they explore fresh examples each run and keep failures in .hypothesis/
 to replay. ``make test-deep`` sets ``HYPOTHESIS_DEEP=N``: every property test then draws N times its
-usual number of examples, from fresh seeds, to find a property that is false for a rare input.
+usual number of examples (``examples``), from fresh seeds, to find a property that is false for a rare
+input.
 """
 import os
 
@@ -11,23 +12,20 @@ import pytest
 import torch
 from hypothesis import settings
 
-settings.register_profile("ci", derandomize=True, deadline=None)
-if os.environ.get("CI"):
-    settings.load_profile("ci")
-
 DEEP = int(os.environ.get("HYPOTHESIS_DEEP", "0") or 0)
 
+settings.register_profile("ci", derandomize=True, deadline=None)
+settings.register_profile("deep", derandomize=False, deadline=None, max_examples=100 * max(DEEP, 1))
+if DEEP > 1:
+    settings.load_profile("deep")
+elif os.environ.get("CI"):
+    settings.load_profile("ci")
 
-def pytest_collection_modifyitems(items):
-    """Under HYPOTHESIS_DEEP=N, multiply each property test's own max_examples by N (fresh seeds)."""
-    if DEEP <= 1:
-        return
-    for item in items:
-        test = getattr(item, "obj", None)
-        own = getattr(test, "_hypothesis_internal_use_settings", None)
-        if own is not None:
-            test._hypothesis_internal_use_settings = settings(
-                own, max_examples=own.max_examples * DEEP, derandomize=False, deadline=None)
+
+def examples(n: int) -> int:
+    """A property test's number of examples: ``n``, or ``n`` times ``HYPOTHESIS_DEEP`` under ``make test-deep``
+    (``@settings(max_examples=examples(15))``)."""
+    return n * DEEP if DEEP > 1 else n
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -17,11 +17,11 @@ from transformer_lib.checks import default_device
 from transformer_lib.embedding import TokenEmbedding
 from transformer_lib.positional import (LearnedPositionalEncoding, PositionalEncoding,
                                         sinusoidal_table)
-from transformer_lib.attention import MultiHeadAttention, attention
+from transformer_lib.attention import AttentionCache, MultiHeadAttention, attention
 from transformer_lib.masks import causal_mask, padding_mask, target_mask
 from transformer_lib.feed_forward import PositionwiseFeedForward
 from transformer_lib.norm import LayerNorm, RMSNorm, SublayerConnection
-from transformer_lib.encoder import Encoder, EncoderLayer
+from transformer_lib.encoder import Encoder, EncoderLayer, LayerConfig
 from transformer_lib.decoder import Decoder, DecoderLayer, KVCache
 from transformer_lib.model import Transformer, TransformerConfig, load_torch_transformer
 from transformer_lib.training.batching import (Batch, PadCollate, PairDataset,
@@ -59,10 +59,10 @@ __all__ = [
     # chapters 1 to 9: the model
     "default_device", "TokenEmbedding", "PositionalEncoding",
     "LearnedPositionalEncoding", "sinusoidal_table", "attention",
-    "MultiHeadAttention", "padding_mask", "causal_mask", "target_mask",
-    "PositionwiseFeedForward", "LayerNorm", "RMSNorm", "SublayerConnection",
-    "EncoderLayer", "Encoder", "DecoderLayer", "Decoder", "KVCache",
-    "TransformerConfig", "Transformer", "load_torch_transformer",
+    "MultiHeadAttention", "AttentionCache", "padding_mask", "causal_mask",
+    "target_mask", "PositionwiseFeedForward", "LayerNorm", "RMSNorm",
+    "SublayerConnection", "LayerConfig", "EncoderLayer", "Encoder", "DecoderLayer",
+    "Decoder", "KVCache", "TransformerConfig", "Transformer", "load_torch_transformer",
     # chapter 10: training
     "PairDataset", "Batch", "PadCollate", "TokenBucketSampler", "copy_task",
     "reverse_task", "LabelSmoothingLoss", "noam_lambda", "noam_optimizer",
