@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tiny_runs import tiny_model
@@ -47,7 +48,7 @@ def _big_and_micro(groups, seed):
     return collate([p for ps in pairs for p in ps]), [collate(ps) for ps in pairs]
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=examples(10), deadline=None)
 @given(groups=st.lists(st.lists(st.integers(1, 12), min_size=1, max_size=4), min_size=1, max_size=4),
        eps=st.sampled_from([0.0, 0.1]), seed=st.integers(0, 10 ** 6))
 def test_accumulated_gradient_equals_the_big_batch_gradient(groups, eps, seed):

@@ -8,13 +8,14 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
 from transformer_lib.attention import AttentionCache, MultiHeadAttention, attention, check_mask
 
-SETTINGS = settings(max_examples=30, deadline=None)
+SETTINGS = settings(max_examples=examples(30), deadline=None)
 
 
 def _random_mask(gen, shape, p_keep=0.7, full_rows=True):

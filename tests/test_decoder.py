@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 import torch
+from conftest import examples
 from conftest import padded_ids as _ids  # one builder of padded id batches for the layer tests
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,7 +19,7 @@ from transformer_lib.decoder import load_torch_decoder, load_torch_decoder_layer
 from transformer_lib.encoder import LayerConfig
 
 D, H, FF = 16, 4, 32
-SETTINGS = settings(max_examples=25, deadline=None)
+SETTINGS = settings(max_examples=examples(25), deadline=None)
 
 
 @functools.cache

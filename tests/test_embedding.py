@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,7 +31,7 @@ def test_output_is_table_rows_times_sqrt_d_model():
     torch.testing.assert_close(out, F.embedding(ids, emb.weight) * math.sqrt(24))
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(
     vocab=st.integers(1, 40),
     d_model=st.integers(1, 16),

@@ -5,6 +5,7 @@ import warnings
 
 import pytest
 import torch
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -122,7 +123,7 @@ def test_paper_size_parameter_count_matches_torch():
     assert n == sum(p.numel() for p in ref.parameters()) == 3_152_384
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(lengths=st.lists(st.integers(1, 7), min_size=1, max_size=3), extra=st.integers(0, 4),
        seed=st.integers(0, 2**16), norm_first=st.booleans(), norm=st.sampled_from(["layer", "rms"]))
 def test_pads_never_change_real_outputs(lengths, extra, seed, norm_first, norm):

@@ -2,6 +2,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -49,7 +50,7 @@ def test_key_value_memory_sum():
     torch.testing.assert_close(out, ffn(x))
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(B=st.integers(1, 3), L=st.integers(1, 9), seed=st.integers(0, 2**16))
 def test_position_wise_and_permutation_equivariant(B, L, seed):
     torch.manual_seed(seed)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,7 +24,7 @@ import transformer_lib as tl  # noqa: E402
 from transformer_lib.checks import check_token_ids  # noqa: E402
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=examples(8), deadline=None)
 @given(d_heads=st.sampled_from([(8, 1), (8, 2), (12, 3)]), d_ff=st.integers(1, 24), enc=st.integers(1, 2),
        dec=st.integers(1, 2), B=st.integers(1, 3), S=st.integers(1, 6), T=st.integers(1, 6), V=st.integers(4, 30))
 def test_formula_equals_flop_counter(d_heads, d_ff, enc, dec, B, S, T, V):
@@ -40,7 +41,7 @@ def test_formula_equals_flop_counter(d_heads, d_ff, enc, dec, B, S, T, V):
     assert counted == gpu_check.formula_flops(cfg, B, S, T)
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(capacity=st.integers(0, 300), start=st.integers(1, 64), limit=st.integers(1, 256))
 def test_largest_batch_finds_the_capacity(capacity, start, limit):
     tried: list[int] = []

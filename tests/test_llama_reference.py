@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,7 +17,7 @@ from transformer_lib.modern.llama import half_to_interleaved, load_llama_state_d
 transformers = pytest.importorskip("transformers")
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding  # noqa: E402
 
-SETTINGS = settings(max_examples=10, deadline=None)
+SETTINGS = settings(max_examples=examples(10), deadline=None)
 
 
 def _pair(seed, vocab=40, d=32, heads=4, kv=2, layers=2, ff=48, tie=True, layout="interleaved", theta=10000.0,

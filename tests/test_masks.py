@@ -6,13 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transformer_lib.attention import MultiHeadAttention
 from transformer_lib.masks import causal_mask, padding_mask, target_mask
 
-SETTINGS = settings(max_examples=25, deadline=None)
+SETTINGS = settings(max_examples=examples(25), deadline=None)
 PAD = 0
 D_MODEL, N_HEADS, VOCAB = 16, 4, 11
 

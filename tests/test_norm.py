@@ -3,6 +3,7 @@ properties, bad input."""
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -70,7 +71,7 @@ def test_from_scratch_low_precision(dtype):
         torch.testing.assert_close(ours.float(), ref, atol=2e-2, rtol=2e-2)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(B=st.integers(1, 4), L=st.integers(1, 6), seed=st.integers(0, 2**16),
        scale=st.floats(1e-3, 1e3), shift=st.floats(-50.0, 50.0),
        eps=st.sampled_from([1e-5, 1e-3, 0.1]))
@@ -89,7 +90,7 @@ def test_layer_norm_of_scaled_and_shifted_rows_equals_layer_norm_with_eps_over_s
         torch.testing.assert_close(ln(x * scale + shift), ln_scaled_eps(x), atol=1e-9, rtol=1e-9)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(B=st.integers(1, 4), L=st.integers(1, 6), seed=st.integers(0, 2**16),
        scale=st.floats(0.1, 100.0), shift=st.floats(-50.0, 50.0))
 def test_layer_norm_without_eps_is_invariant_to_scale_and_shift_of_each_position(B, L, seed, scale,
@@ -125,7 +126,7 @@ def test_eps_breaks_scale_invariance_of_a_row_with_small_variance():
     assert abs(change - expected) < 1e-6, (change, expected)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(seed=st.integers(0, 2**16), other_len=st.integers(1, 10))
 def test_layer_norm_row_independent_of_batch_and_padding(seed, other_len):
     torch.manual_seed(seed)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_decoding import BOS, EOS, PAD, OwnModel, make_model, make_src
@@ -43,7 +44,7 @@ def src():
     return make_src(0, 12, 6)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(12), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), B=st.integers(1, 4), decoder=st.sampled_from(["greedy", "sample", "beam"]),
        max_len=st.integers(1, 8))
 def test_teacher_forced_scores_equal_the_step_by_step_scores(seed, B, decoder, max_len):

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -32,7 +33,7 @@ from transformer_lib.training.loss import LabelSmoothingLoss
 from transformer_lib.training.precision import PRECISIONS, amp_dtype
 from transformer_lib.training.schedule import noam_lambda, noam_optimizer
 
-SETTINGS = settings(max_examples=40, deadline=None)
+SETTINGS = settings(max_examples=examples(40), deadline=None)
 ROOT = Path(__file__).resolve().parent.parent
 
 
