@@ -47,3 +47,11 @@ def padded_ids(lengths: list[int], width: int, vocab: int = 20, bos: bool = Fals
     if bos:
         ids[:, 0] = 1
     return ids
+
+
+def assert_dropout_only_in_training(module: torch.nn.Module, x: torch.Tensor) -> None:
+    """``module`` (built with dropout > 0) is deterministic in eval mode and random in training mode."""
+    module.eval()
+    torch.testing.assert_close(module(x), module(x))
+    module.train()
+    assert not torch.allclose(module(x), module(x))

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import examples
+from conftest import assert_dropout_only_in_training, examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -222,12 +222,7 @@ def test_mha_fully_masked_rows_and_autocast():
 
 def test_mha_dropout_only_in_training():
     torch.manual_seed(0)
-    mha = MultiHeadAttention(16, 4, dropout=0.5)
-    x = torch.randn(2, 6, 16)
-    mha.eval()
-    torch.testing.assert_close(mha(x), mha(x))
-    mha.train()
-    assert not torch.allclose(mha(x), mha(x))
+    assert_dropout_only_in_training(MultiHeadAttention(16, 4, dropout=0.5), torch.randn(2, 6, 16))
 
 
 def test_record_weights():

@@ -2,7 +2,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import examples
+from conftest import assert_dropout_only_in_training, examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -65,12 +65,7 @@ def test_position_wise_and_permutation_equivariant(B, L, seed):
 
 def test_dropout_only_in_training():
     torch.manual_seed(0)
-    ffn = PositionwiseFeedForward(8, 32, dropout=0.5)
-    x = torch.randn(2, 3, 8)
-    ffn.eval()
-    torch.testing.assert_close(ffn(x), ffn(x))
-    ffn.train()
-    assert not torch.allclose(ffn(x), ffn(x))
+    assert_dropout_only_in_training(PositionwiseFeedForward(8, 32, dropout=0.5), torch.randn(2, 3, 8))
 
 
 def test_activations_by_name():

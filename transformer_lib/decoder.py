@@ -1,7 +1,7 @@
 """Generated from book/08_decoder.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: db59e82488f4f113
+# digest: 455ad278c99e4cae
 # fmt: off
 
 # [book/08_decoder.ipynb, cell b698ca2c]
@@ -17,10 +17,8 @@ from transformer_lib.attention import AttentionCache, MultiHeadAttention
 from transformer_lib.checks import check_int
 from transformer_lib.encoder import LayerConfig
 from transformer_lib.feed_forward import PositionwiseFeedForward
-from transformer_lib.torch_weights import (DecoderLayerParts, check_torch_layer,
-                                           copy_attention, copy_feed_forward,
-                                           copy_norms, expect_parts, expect_torch,
-                                           load_torch_stack)
+from transformer_lib.torch_weights import (DecoderLayerParts, copy_layer, expect_parts,
+                                           expect_torch, load_torch_stack)
 
 _M = TypeVar("_M", bound=nn.Module)
 
@@ -152,15 +150,11 @@ def load_torch_decoder_layer(layer: _M, reference: nn.Module) -> _M:
     ref = expect_torch(reference, nn.TransformerDecoderLayer)
     norms = [(ours.sublayer1.norm, ref.norm1), (ours.sublayer2.norm, ref.norm2),
              (ours.sublayer3.norm, ref.norm3)]
-    check_torch_layer(ours, ref, norms)
-    copy_attention(ours.self_attn, ref.self_attn)
-    copy_attention(ours.cross_attn, ref.multihead_attn)
-    copy_feed_forward(ours.feed_forward, ref)
-    copy_norms(norms)
+    copy_layer(ours, ref, norms, attentions=[(ours.self_attn, ref.self_attn),
+                                             (ours.cross_attn, ref.multihead_attn)])
     return layer
 
 
-@torch.no_grad()
 def load_torch_decoder(decoder: _M, reference: nn.Module) -> _M:
     """Copy the weights of a ``torch.nn.TransformerDecoder`` (its layers and its
     optional final norm) into ``decoder`` and return it."""

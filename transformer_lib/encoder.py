@@ -1,7 +1,7 @@
 """Generated from book/07_encoder.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 629d16dd1eaedb51
+# digest: e1de32c8d0e6bed9
 # fmt: off
 
 # [book/07_encoder.ipynb, cell 358f147a]
@@ -18,10 +18,9 @@ from transformer_lib.attention import MultiHeadAttention, check_heads
 from transformer_lib.checks import check_float, check_int, check_probability
 from transformer_lib.feed_forward import ACTIVATIONS, PositionwiseFeedForward
 from transformer_lib.norm import SublayerConnection, make_norm
-from transformer_lib.torch_weights import EncoderLayerParts, check_torch_layer
+from transformer_lib.torch_weights import EncoderLayerParts, copy_layer
+from transformer_lib.torch_weights import expect_parts, expect_torch
 from transformer_lib.torch_weights import load_torch_stack
-from transformer_lib.torch_weights import copy_attention, copy_feed_forward
-from transformer_lib.torch_weights import copy_norms, expect_parts, expect_torch
 
 _M = TypeVar("_M", bound=nn.Module)
 
@@ -143,15 +142,12 @@ def load_torch_encoder_layer(layer: _M, reference: nn.Module) -> _M:
     :class:`EncoderLayer` of the same sizes, or any module with its parts)."""
     ours: EncoderLayerParts = expect_parts(layer, EncoderLayerParts)
     ref = expect_torch(reference, nn.TransformerEncoderLayer)
-    norms = [(ours.sublayer1.norm, ref.norm1), (ours.sublayer2.norm, ref.norm2)]
-    check_torch_layer(ours, ref, norms)
-    copy_attention(ours.self_attn, ref.self_attn)
-    copy_feed_forward(ours.feed_forward, ref)
-    copy_norms(norms)
+    copy_layer(ours, ref, norms=[(ours.sublayer1.norm, ref.norm1),
+                                 (ours.sublayer2.norm, ref.norm2)],
+               attentions=[(ours.self_attn, ref.self_attn)])
     return layer
 
 
-@torch.no_grad()
 def load_torch_encoder(encoder: _M, reference: nn.Module) -> _M:
     """Copy the weights of a ``nn.TransformerEncoder`` (its layers and its optional
     final norm) into ``encoder``."""

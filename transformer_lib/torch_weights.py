@@ -1,7 +1,7 @@
 """Generated from book/07_encoder.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 3db5b86c3a266df6
+# digest: f2455fa0ff296df5
 # fmt: off
 
 # [book/07_encoder.ipynb, cell e85fcdef]
@@ -156,6 +156,20 @@ def copy_norms(pairs: Sequence[tuple[nn.Module, nn.Module]]) -> None:
     """Copy each PyTorch LayerNorm into the norm of ours paired with it."""
     for ours, reference in pairs:
         ours.load_state_dict(reference.state_dict())
+
+
+@torch.no_grad()
+def copy_layer(ours: EncoderLayerParts, reference: _TorchLayer,
+               norms: Sequence[tuple[nn.Module, nn.Module]],
+               attentions: Sequence[tuple[MultiHeadAttention, nn.MultiheadAttention]]
+               ) -> None:
+    """Check a PyTorch layer against ours, then copy its attentions (pairs of ours and
+    theirs), its feed-forward and its norms."""
+    check_torch_layer(ours, reference, norms)
+    for mine, theirs in attentions:
+        copy_attention(mine, theirs)
+    copy_feed_forward(ours.feed_forward, reference)
+    copy_norms(norms)
 
 
 @torch.no_grad()
