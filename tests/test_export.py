@@ -453,3 +453,80 @@ def test_an_exported_cell_without_an_id_is_refused(tmp_path: Path):
                                 "metadata": {}, "nbformat": 4, "nbformat_minor": 4}), encoding="utf-8")
     with pytest.raises(export.ExportError, match="needs an id"):
         export.export_all(tmp_path)
+
+
+# ---------------------------------------------------------------- a reopened dataclass gains fields
+
+CONFIG_BASE = '''from dataclasses import dataclass
+
+
+@dataclass(frozen=False)
+class Config:
+    size: int
+    depth: int = 2
+
+    def __post_init__(self):
+        if self.size < 1:
+            raise ValueError("size")'''
+
+CONFIG_MORE = '''@dataclass(frozen=False)
+class Config(Config):
+    layout: str = "plain"
+    bias: bool = False
+
+    def __post_init__(self):
+        if self.layout not in ("plain", "half"):
+            raise ValueError("layout")'''
+
+
+def test_a_reopened_dataclass_gains_fields_under_one_decorator(tmp_path: Path):
+    _write_notebook(tmp_path, "01_toy.ipynb", [_cell("code", "#| default_exp toy"),
+                                               _cell("code", "#| export\n" + CONFIG_BASE)])
+    _write_notebook(tmp_path, "02_more.ipynb", [_cell("code", "#| export toy\n" + CONFIG_MORE)])
+    text = export.export_all(tmp_path)[tmp_path / "transformer_lib" / "toy.py"]
+    assert text.count("@dataclass") == 1 and text.count("class Config") == 1
+    assert text.count("def __post_init__") == 1 and '"layout"' in text   # the method is replaced
+    namespace: dict = {}
+    exec(compile(text, "toy.py", "exec"), namespace)
+    Config = namespace["Config"]
+    import dataclasses
+    assert [f.name for f in dataclasses.fields(Config)] == ["size", "depth", "layout", "bias"]
+    assert Config(3) == Config(3, 2, "plain", False)
+    with pytest.raises(ValueError, match="layout"):
+        Config(3, layout="odd")
+    # the notebook's reading: a dataclass subclass with the same fields
+    nb_namespace: dict = {}
+    for body in (CONFIG_BASE, CONFIG_MORE):
+        exec(body, nb_namespace)
+    assert [f.name for f in dataclasses.fields(nb_namespace["Config"])] == ["size", "depth", "layout", "bias"]
+
+
+@pytest.mark.parametrize("decorator, message", [
+    ("@dataclass", "@dataclass\\(frozen=False\\)"),        # not spelled as the original
+    ("@functools.total_ordering", "plain"),
+])
+def test_a_reopened_dataclass_keeps_its_own_decorator_only(tmp_path: Path, decorator: str, message: str):
+    more = CONFIG_MORE.replace("@dataclass(frozen=False)", decorator)
+    _write_notebook(tmp_path, "01_toy.ipynb", [_cell("code", "#| default_exp toy"),
+                                               _cell("code", "#| export\n" + CONFIG_BASE),
+                                               _cell("code", "#| export\n" + more)])
+    with pytest.raises(export.ExportError, match=message):
+        export.export_all(tmp_path)
+
+
+def test_fields_need_the_decorator_and_defaults(tmp_path: Path):
+    undecorated = CONFIG_MORE.split("\n", 1)[1]
+    no_default = CONFIG_MORE.replace('bias: bool = False', 'bias: bool')
+    for body, message in ((undecorated, "must be decorated"), (no_default, "need defaults")):
+        _write_notebook(tmp_path, "01_toy.ipynb", [_cell("code", "#| default_exp toy"),
+                                                   _cell("code", "#| export\n" + CONFIG_BASE),
+                                                   _cell("code", "#| export\n" + body)])
+        with pytest.raises(export.ExportError, match=message):
+            export.export_all(tmp_path)
+
+
+def test_a_decorator_on_a_reopen_of_a_plain_class_is_refused(tmp_path: Path):
+    cells = _reopening_chapter()[:2] + [_cell("code", "#| export\n@dataclass\n" + REOPEN_1)]
+    _write_notebook(tmp_path, "01_toy.ipynb", cells)
+    with pytest.raises(export.ExportError, match="plain `class Counter\\(Counter\\):`"):
+        export.export_all(tmp_path)

@@ -18,6 +18,7 @@ from torch import nn
 
 import transformer_lib as tl
 from transformer_lib.checks import check_token_ids
+from transformer_lib.positional import half_layout
 
 SETTINGS = settings(max_examples=15, deadline=None)
 SMALL = dict(src_vocab_size=50, tgt_vocab_size=60, d_model=16, n_heads=4, n_encoder_layers=2, n_decoder_layers=2,
@@ -137,7 +138,7 @@ def test_old_config_dicts_load_with_the_papers_defaults():
 def test_marian_options_build_the_right_modules():
     cfg = tl.TransformerConfig(**SMALL, positional_layout="half", output_bias=True, activation="silu")
     model = tl.Transformer(cfg)
-    torch.testing.assert_close(model.positional.pe, tl.sinusoidal_table(32, 16, layout="half"))
+    torch.testing.assert_close(model.positional.pe, half_layout(tl.sinusoidal_table(32, 16)))
     assert model.output.bias.shape == (60,) and torch.equal(model.output.bias, torch.zeros(60))
     with pytest.raises(ValueError, match="positional_layout"):
         tl.TransformerConfig(**SMALL, positional_layout="split")

@@ -9,7 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import transformer_lib as tl
-from transformer_lib.positional import LearnedPositionalEncoding, PositionalEncoding, sinusoidal_table
+from transformer_lib.positional import (
+    POSITIONAL_LAYOUTS,
+    LearnedPositionalEncoding,
+    PositionalEncoding,
+    half_layout,
+    sinusoidal_table,
+)
 
 
 def _table_by_loop(max_len: int, d_model: int) -> torch.Tensor:
@@ -209,29 +215,28 @@ def test_constructors_check_their_arguments(module_cls, kwargs, word):
         module_cls(**kwargs)
 
 
+# ---------------------------------------------------------------- Marian's column order (the Marian appendix)
+
 @pytest.mark.parametrize("max_len, d_model", [(40, 16), (30, 7), (5, 1), (64, 32)])
 def test_halves_layout_equals_marians_table(max_len, d_model):
     """Reference: transformers' MarianSinusoidalPositionalEmbedding (sines first, then cosines),
     for even and odd widths."""
     marian = pytest.importorskip("transformers.models.marian.modeling_marian")
     ref = marian.MarianSinusoidalPositionalEmbedding(max_len, d_model).create_weight()
-    torch.testing.assert_close(sinusoidal_table(max_len, d_model, layout="half"), ref,
-                               rtol=0, atol=1e-6)
+    torch.testing.assert_close(half_layout(sinusoidal_table(max_len, d_model)), ref, rtol=0, atol=1e-6)
 
 
 @given(max_len=st.integers(1, 60), d_model=st.integers(1, 40))
 @settings(max_examples=30, deadline=None)
 def test_halves_layout_is_a_column_permutation_of_the_interleaved_table(max_len, d_model):
     inter = sinusoidal_table(max_len, d_model)
-    halves = sinusoidal_table(max_len, d_model, layout="half")
+    halves = half_layout(inter)
     perm = torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
     assert torch.equal(halves, inter[:, perm])
+    assert torch.equal(half_layout(inter[None])[0], halves)              # any leading dimensions
 
 
-def test_positional_encoding_uses_its_layout_and_rejects_unknown_ones():
-    pe = PositionalEncoding(8, max_len=10, layout="half")
-    torch.testing.assert_close(pe(torch.zeros(1, 10, 8))[0], sinusoidal_table(10, 8, layout="half"))
-    for make in (lambda: sinusoidal_table(10, 8, layout="split"),
-                 lambda: PositionalEncoding(8, layout="Halves")):
-        with pytest.raises(ValueError, match="layout must be one of"):
-            make()
+def test_the_layouts_are_named_and_the_table_has_no_layout_argument():
+    assert POSITIONAL_LAYOUTS == ("interleaved", "half")
+    with pytest.raises(TypeError):
+        sinusoidal_table(10, 8, layout="half")  # type: ignore[call-arg]

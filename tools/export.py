@@ -17,7 +17,10 @@ The book is the source of the library (literate programming, nbdev's directive s
   earlier cell) is folded into the body of that earlier class in the generated module. A method the class
   already has is replaced where it stands (a later chapter extending an earlier chapter's class, as d2l's
   ``add_to_class`` does); other members are appended. Such a cell may not call ``super()``: in the
-  notebook it would reach the earlier ``Name``, in the module the real base;
+  notebook it would reach the earlier ``Name``, in the module the real base. A dataclass is reopened
+  with its own decorator (``@dataclass class Name(Name):``, spelled as the original is), which the
+  notebook needs for the fields the cell adds (with defaults, after the old ones) and the module drops:
+  the folded class has one decorator and every field;
 * a later page of the book (in the order of ``_toc.yml``) may add to a module of an earlier one, as an
   appendix adds to its chapter's modules: its cells are appended after the earlier page's, a cell that
   holds only imports joins the module's imports at the top, and a ``class Name(Name):`` cell may reopen
@@ -199,14 +202,15 @@ def _fold(chunk: list[str], notebook_rel: str, cell: Cell, node: ast.ClassDef) -
     class's body; each piece goes behind the reopening cell's provenance."""
     lines = cell.body.splitlines()
     where = f"{notebook_rel}, cell {cell.cell_id}"
-    if node.decorator_list or node.body[0].lineno <= node.lineno:
+    target = [n for n in ast.parse("\n".join(chunk)).body if isinstance(n, ast.ClassDef) and n.name == node.name][-1]
+    _check_decorators(where, node, target)
+    if node.body[0].lineno <= node.lineno:
         raise ExportError(f"{where}: a cell that reopens class {node.name} must "
-                          f"start with a plain `class {node.name}({node.name}):` line")
+                          f"start with a `class {node.name}({node.name}):` line of its own")
     if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "super"
            for n in ast.walk(node)):
         raise ExportError(f"{where}: a cell that reopens class {node.name} "
                           "cannot call super() (in the module it would reach another class)")
-    target = [n for n in ast.parse("\n".join(chunk)).body if isinstance(n, ast.ClassDef) and n.name == node.name][-1]
     existing = {m.name: m for m in target.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
     comment = "    " + provenance(notebook_rel, cell.cell_id)
     replaced: list[tuple[int, int, list[str]]] = []  # (first, last) in chunk, new lines
@@ -232,6 +236,37 @@ def _fold(chunk: list[str], notebook_rel: str, cell: Cell, node: ast.ClassDef) -
             a -= 1
         out[a - 1:b] = new
     return out
+
+
+def _dataclass_decorator(node: ast.ClassDef) -> str | None:
+    """The text of ``node``'s ``@dataclass`` decorator (``dataclass``, ``dataclasses.dataclass``, either
+    called with arguments or not), or None."""
+    for dec in node.decorator_list:
+        func = dec.func if isinstance(dec, ast.Call) else dec
+        if ast.unparse(func) in ("dataclass", "dataclasses.dataclass"):
+            return ast.unparse(dec)
+    return None
+
+
+def _check_decorators(where: str, node: ast.ClassDef, target: ast.ClassDef) -> None:
+    """A reopening cell may carry one decorator: the ``@dataclass`` of the dataclass it reopens, spelled as
+    the original spells it (so that the notebook's subclass has the same fields and methods as the folded
+    class); it is dropped on folding. Only such a cell may add fields (annotated names)."""
+    original = _dataclass_decorator(target)
+    decorators = [ast.unparse(d) for d in node.decorator_list]
+    if decorators and (original is None or decorators != [original]):
+        allowed = f" or `@{original}`" if original else ""
+        raise ExportError(f"{where}: a cell that reopens class {node.name} must start with a plain "
+                          f"`class {node.name}({node.name}):` line{allowed}, got "
+                          + ", ".join(f"@{d}" for d in decorators))
+    fields = [m for m in node.body if isinstance(m, ast.AnnAssign)]
+    if original is not None and fields and not decorators:
+        raise ExportError(f"{where}: a cell that adds fields to the dataclass {node.name} must be "
+                          f"decorated `@{original}` as the class is, or the notebook's class has no "
+                          "such fields")
+    if decorators and any(m.value is None for m in fields):
+        raise ExportError(f"{where}: the fields a cell adds to the dataclass {node.name} need defaults "
+                          "(they follow fields with defaults)")
 
 
 def _alone_after(lines: list[str], last: int) -> bool:

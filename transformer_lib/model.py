@@ -1,7 +1,8 @@
 """Generated from book/09_model.ipynb: edit the notebook, not this file.
+Extended by book/appendix_marian.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: de95bd016d3a21dd
+# digest: c0b16fd7001f9bc7
 # fmt: off
 
 # [book/09_model.ipynb, cell c85a103b]
@@ -19,9 +20,13 @@ from transformer_lib.decoder import Decoder, KVCache, load_torch_decoder
 from transformer_lib.embedding import TokenEmbedding
 from transformer_lib.encoder import Encoder, LayerConfig, load_torch_encoder
 from transformer_lib.masks import causal_mask, padding_mask_unchecked
-from transformer_lib.positional import PE_LAYOUTS, PositionalEncoding
+from transformer_lib.positional import PositionalEncoding
 from transformer_lib.torch_weights import DecoderLayerParts, EncoderLayerParts
 from transformer_lib.torch_weights import check_torch_stack, expect_parts, expect_torch
+
+
+# [book/appendix_marian.ipynb, cell 3eacd78c]
+from transformer_lib.positional import POSITIONAL_LAYOUTS, half_layout
 
 
 # [book/09_model.ipynb, cell af55530d]
@@ -44,11 +49,27 @@ def check_special_ids(config: Any, vocab_size: int, vocab_name: str = "vocab_siz
                          "pad and bos are never generated, eos must be")
 
 
+def check_transformer_config(c: Any) -> None:
+    """The checks of :class:`TransformerConfig`, a function of its own so that a later
+    page that adds fields can run them before its own: sizes, the layer options (chapter
+    7's ``LayerConfig``), the two ties, the special ids. Normalises the fields."""
+    for name in ("src_vocab_size", "tgt_vocab_size", "n_encoder_layers",
+                 "n_decoder_layers", "max_len"):
+        setattr(c, name, check_int(getattr(c, name), name))
+    layer = LayerConfig.of(c)                   # chapter 7 checks the layer options
+    for field in dataclasses.fields(layer):
+        setattr(c, field.name, getattr(layer, field.name))
+    for name in ("tie_output", "share_embeddings"):
+        if not isinstance(getattr(c, name), bool):
+            raise ValueError(f"{name} must be True or False, got {getattr(c, name)!r}")
+    if c.share_embeddings and c.src_vocab_size != c.tgt_vocab_size:
+        raise ValueError("share_embeddings needs src_vocab_size == tgt_vocab_size, "
+                         f"got {c.src_vocab_size} and {c.tgt_vocab_size}")
+    check_special_ids(c, min(c.src_vocab_size, c.tgt_vocab_size),
+                      "both vocabularies' size")
+
+
 # [book/09_model.ipynb, cell 98696042]
-#: fields added later (for Marian), with defaults: older configs need not have them
-LATER_FIELDS = {"positional_layout": "interleaved", "output_bias": False}
-
-
 @dataclass
 class TransformerConfig:
     """Every size and choice of a :class:`Transformer`; the defaults are the paper's
@@ -58,10 +79,8 @@ class TransformerConfig:
     ``share_embeddings``: the source and target embeddings are one matrix (needs one
     shared vocabulary). ``final_norm``: a norm after each stack; None means "with
     Pre-Norm only", as the paper's Post-Norm model has none. ``nn.Transformer`` always
-    has them: set ``final_norm=True`` to match it. ``positional_layout``: the sinusoids'
-    column order, "interleaved" (the paper) or "half" (Marian); ``output_bias``: a
-    bias on the prediction head. pad_id may equal bos_id (Marian starts from pad).
-    JSON via :meth:`to_dict` / :meth:`from_dict` (later fields default to the paper's).
+    has them: set ``final_norm=True`` to match it. pad_id may equal bos_id (Marian
+    starts from pad). JSON via :meth:`to_dict` / :meth:`from_dict`.
     """
 
     src_vocab_size: int
@@ -83,36 +102,25 @@ class TransformerConfig:
     tie_output: bool = True
     share_embeddings: bool = False
     final_norm: bool | None = None
-    positional_layout: str = "interleaved"
-    output_bias: bool = False
 
+    # [book/appendix_marian.ipynb, cell 33a6284f]
     def __post_init__(self) -> None:
-        for name in ("src_vocab_size", "tgt_vocab_size", "n_encoder_layers",
-                     "n_decoder_layers", "max_len"):
-            setattr(self, name, check_int(getattr(self, name), name))
-        layer = LayerConfig.of(self)            # chapter 7 checks the layer options
-        for field in dataclasses.fields(layer):
-            setattr(self, field.name, getattr(layer, field.name))
-        if self.positional_layout not in PE_LAYOUTS:
-            raise ValueError(f"positional_layout must be one of {PE_LAYOUTS}, "
+        check_transformer_config(self)       # chapter 9's checks, then the new fields'
+        if self.positional_layout not in POSITIONAL_LAYOUTS:
+            raise ValueError(f"positional_layout must be one of {POSITIONAL_LAYOUTS}, "
                              f"got {self.positional_layout!r}")
-        for name in ("tie_output", "share_embeddings", "output_bias"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False, "
-                                 f"got {getattr(self, name)!r}")
-        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
-            raise ValueError("share_embeddings needs src_vocab_size == tgt_vocab_size, "
-                             f"got {self.src_vocab_size} and {self.tgt_vocab_size}")
-        check_special_ids(self, min(self.src_vocab_size, self.tgt_vocab_size),
-                          "both vocabularies' size")
+        if not isinstance(self.output_bias, bool):
+            raise ValueError(f"output_bias must be True or False, "
+                             f"got {self.output_bias!r}")
 
     # [book/09_model.ipynb, cell f33cd6c8]
+    # [book/appendix_marian.ipynb, cell 33a6284f]
     def to_dict(self) -> dict:
-        """The fields as a plain dict (JSON-serialisable). The fields added for other
-        checkpoints (``positional_layout``, ``output_bias``) are left out while they
-        hold their defaults, so a model saved before they existed has the same dict."""
+        """The fields as a plain dict (JSON-serialisable). The two fields of the Marian
+        appendix are left out while they hold the paper's values, so a model saved
+        before they existed has the same dict."""
         d = dataclasses.asdict(self)
-        for name, default in LATER_FIELDS.items():
+        for name, default in MARIAN_FIELDS.items():
             if d[name] == default:
                 del d[name]
         return d
@@ -125,6 +133,10 @@ class TransformerConfig:
         if unknown:
             raise ValueError(f"unknown TransformerConfig fields: {sorted(unknown)}")
         return cls(**d)
+
+    # [book/appendix_marian.ipynb, cell 33a6284f]
+    positional_layout: str = "interleaved"   # the sinusoids' column order, or "half"
+    output_bias: bool = False                # a bias on the prediction head
 
 
 # [book/09_model.ipynb, cell 0867b346]
@@ -139,31 +151,32 @@ class Transformer(nn.Module):
     from the ids (``config.pad_id``) on the ids' device.
     """
 
+    # [book/appendix_marian.ipynb, cell 714bf34a]
     def __init__(self, config: TransformerConfig):
-        super().__init__()
+        nn.Module.__init__(self)                 # replaces chapter 9's constructor
         missing = [f.name for f in dataclasses.fields(TransformerConfig)
-                   if not hasattr(config, f.name) and f.name not in LATER_FIELDS]
+                   if not hasattr(config, f.name) and f.name not in MARIAN_FIELDS]
         if missing:
             raise TypeError("config must be a TransformerConfig (or have its fields), "
                             f"got a {type(config).__name__} without "
                             f"{', '.join(missing)}")
         c = self.config = config
+        marian = {name: getattr(c, name, default)
+                  for name, default in MARIAN_FIELDS.items()}
         self.src_embed = TokenEmbedding(c.src_vocab_size, c.d_model,
                                         padding_idx=c.pad_id)
         self.tgt_embed = (
             self.src_embed if c.share_embeddings
             else TokenEmbedding(c.tgt_vocab_size, c.d_model, padding_idx=c.pad_id))
-        # one positional table for both sides
-        later = {name: getattr(c, name, default)
-                 for name, default in LATER_FIELDS.items()}
-        self.positional = PositionalEncoding(c.d_model, c.max_len, c.dropout,
-                                             str(later["positional_layout"]))
+        self.positional = PositionalEncoding(c.d_model, c.max_len, c.dropout)
+        if marian["positional_layout"] == "half":            # Marian's column order
+            self.positional.pe = half_layout(self.positional.pe)
         layer = LayerConfig.of(c)                # the options of every layer
         self.encoder = Encoder(layer, c.n_encoder_layers)
         self.decoder = Decoder(layer, c.n_decoder_layers)
-        # the prediction head; tied, it is the target embedding: one (V, d_model) tensor
+        # the prediction head, with Marian's logits bias if asked for
         self.output = nn.Linear(c.d_model, c.tgt_vocab_size,
-                                bias=bool(later["output_bias"]))
+                                bias=bool(marian["output_bias"]))
         if c.tie_output:
             self.output.weight = self.tgt_embed.weight
         self.reset_parameters()
@@ -318,4 +331,10 @@ def load_torch_transformer(model: Transformer, reference: nn.Module) -> Transfor
     return model
 
 
-__all__ = ['LATER_FIELDS', 'TransformerConfig', 'Transformer', 'load_torch_transformer']
+# [book/appendix_marian.ipynb, cell 98449ae6]
+#: the fields the Marian appendix adds to TransformerConfig, at the paper's values: a
+#: configuration saved without them reads back with these
+MARIAN_FIELDS = {"positional_layout": "interleaved", "output_bias": False}
+
+
+__all__ = ['TransformerConfig', 'Transformer', 'load_torch_transformer']

@@ -1,7 +1,8 @@
 """Generated from book/02_positional_encoding.ipynb: edit the notebook, not this file.
+Extended by book/appendix_marian.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 535d8650228f76bd
+# digest: e40ddc90e9c63966
 # fmt: off
 
 # [book/02_positional_encoding.ipynb, cell eea870aa]
@@ -13,34 +14,23 @@ from torch import nn
 from transformer_lib.checks import check_float, check_int, check_probability
 
 
-#: the column layouts of the table: the paper's pairs, or all sines then all cosines
-PE_LAYOUTS = ("interleaved", "half")
-
-
-def sinusoidal_table(max_len: int, d_model: int, base: float = 10000.0,
-                     layout: str = "interleaved") -> torch.Tensor:
+def sinusoidal_table(max_len: int, d_model: int,
+                     base: float = 10000.0) -> torch.Tensor:
     """The (max_len, d_model) table PE[pos, 2i] = sin(pos / base^(2i/d)),
     PE[pos, 2i+1] = cos(pos / base^(2i/d)).
 
-    ``layout="half"`` puts the same columns in another order, the sines first and
-    the cosines after them (Marian's layout, section "Two layouts of one table"): column
-    i is sin(pos / base^(2i/d)) and column ceil(d/2) + i its cosine. Computed in float64
-    and returned as float32. An odd ``d_model`` is served: one sine has no cosine.
+    Computed in float64 and returned as float32. An odd ``d_model`` is served: one sine
+    has no cosine.
     """
     max_len = check_int(max_len, "max_len")
     d_model = check_int(d_model, "d_model")
     base = check_float(base, "base", 1.0, low_open=True)
-    if layout not in PE_LAYOUTS:
-        raise ValueError(f"layout must be one of {PE_LAYOUTS}, got {layout!r}")
     pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)   # (ceil(d/2),)
     angle = pos / base ** (two_i / d_model)                    # (max_len, ceil(d/2))
-    sin, cos = torch.sin(angle), torch.cos(angle[:, : d_model // 2])
-    if layout == "half":
-        return torch.cat([sin, cos], dim=1).float()            # (max_len, d_model)
     table = torch.zeros(max_len, d_model, dtype=torch.float64)
-    table[:, 0::2] = sin                                       # even columns
-    table[:, 1::2] = cos                                       # odd columns
+    table[:, 0::2] = torch.sin(angle)                          # even columns
+    table[:, 1::2] = torch.cos(angle[:, : d_model // 2])       # odd columns
     return table.float()                                       # (max_len, d_model)
 
 
@@ -65,16 +55,15 @@ def _positions(x: torch.Tensor, start_pos: int, d_model: int,
 
 class PositionalEncoding(nn.Module):
     """x (B, L, d_model) -> x + PE[start_pos : start_pos + L], then dropout (the
-    paper's sinusoidal table; ``layout`` as in :func:`sinusoidal_table`)."""
+    paper's sinusoidal table, :func:`sinusoidal_table`)."""
 
     pe: torch.Tensor
 
-    def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.0,
-                 layout: str = "interleaved"):
+    def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.0):
         super().__init__()
         self.d_model = check_int(d_model, "d_model")
         self.max_len = check_int(max_len, "max_len")
-        table = sinusoidal_table(max_len, d_model, layout=layout)  # (max_len, d_model)
+        table = sinusoidal_table(max_len, d_model)             # (max_len, d_model)
         self.register_buffer("pe", table, persistent=False)
         self.dropout = nn.Dropout(check_probability(dropout, "dropout"))
 
@@ -106,9 +95,22 @@ class LearnedPositionalEncoding(nn.Module):
         return self.dropout(x + position)                      # (B, L, d_model)
 
 
+# [book/appendix_marian.ipynb, cell 007b5092]
+#: the column orders of the sinusoidal table: the paper's pairs, or all sines first
+POSITIONAL_LAYOUTS = ("interleaved", "half")
+
+
+def half_layout(table: torch.Tensor) -> torch.Tensor:
+    """A sinusoidal table (..., d_model) in the paper's column order -> Marian's: the
+    sines (the even columns) first, then the cosines (the odd ones). Column i is
+    sin(pos / base^(2i/d)) and column ceil(d/2) + i its cosine."""
+    return torch.cat([table[..., 0::2], table[..., 1::2]], dim=-1)
+
+
 __all__ = [
-    'PE_LAYOUTS',
     'sinusoidal_table',
     'PositionalEncoding',
     'LearnedPositionalEncoding',
+    'POSITIONAL_LAYOUTS',
+    'half_layout',
 ]

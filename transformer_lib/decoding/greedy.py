@@ -1,7 +1,7 @@
 """Generated from book/11_decoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: ff1f7930a585d20a
+# digest: d7c5d398865d61b2
 # fmt: off
 
 # [book/11_decoding.ipynb, cell 5814e656]
@@ -15,6 +15,7 @@ import torch
 
 from transformer_lib.checks import check_int, check_token_ids
 from transformer_lib.masks import padding_mask
+from transformer_lib.model import check_ids
 from transformer_lib.training.evaluation import (check_seq2seq, decode_loop,
                                                  forbid_specials)
 
@@ -84,15 +85,10 @@ def check_model(model: Any) -> None:
 
 def check_src(model: Seq2SeqModel, src: Any) -> torch.Tensor:
     """Check src: a non-empty (B, S) tensor of the model's source token ids, at most
-    ``config.max_len`` long. Returns it on the model's device."""
+    ``config.max_len`` long (chapter 9's ``check_ids``, the model's own check). Returns
+    it on the model's device."""
     c = model.config
-    check_token_ids(src, c.src_vocab_size, "src", dims=2)
-    if src.size(0) == 0 or src.size(1) == 0:
-        raise ValueError(f"src must be a non-empty (B, S) tensor of token ids, "
-                         f"got shape {tuple(src.shape)}")
-    if src.size(1) > c.max_len:
-        raise ValueError(f"src has length {src.size(1)}, longer than the model's "
-                         f"max_len={c.max_len}")
+    check_ids(src, "src", c.src_vocab_size, c.max_len)
     parameters = getattr(model, "parameters", None)        # an nn.Module: its device
     first = next(iter(parameters()), None) if callable(parameters) else None
     return src if first is None else src.to(first.device)

@@ -2,10 +2,11 @@
 
 Generated from book/13_modern.ipynb.
 Edit the notebooks, not this file; regenerate with ``python tools/export.py``."""
-# digest: 44dcdd5bdc4b9f43
+# digest: 6310774821d47b42
 # fmt: off
 
 from transformer_lib.modern.rope import (
+    ROPE_LAYOUTS,
     rotary_frequencies,
     rotate,
     apply_rotary,
@@ -26,6 +27,7 @@ from transformer_lib.modern.llama import (
 )
 
 __all__ = [
+    'ROPE_LAYOUTS',
     'rotary_frequencies',
     'rotate',
     'apply_rotary',

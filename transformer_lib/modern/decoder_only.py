@@ -1,7 +1,7 @@
 """Generated from book/13_modern.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: a254ea737b055ce4
+# digest: e36d3d77ed63c73b
 # fmt: off
 
 # [book/13_modern.ipynb, cell 96baa493]
@@ -22,9 +22,9 @@ from transformer_lib.embedding import TokenEmbedding
 from transformer_lib.feed_forward import PositionwiseFeedForward, swiglu_width
 from transformer_lib.model import check_special_ids
 from transformer_lib.norm import SublayerConnection, make_norm
-from transformer_lib.positional import (PE_LAYOUTS, LearnedPositionalEncoding,
-                                        PositionalEncoding)
-from transformer_lib.modern.rope import RotaryEmbedding
+from transformer_lib.positional import LearnedPositionalEncoding, PositionalEncoding
+from transformer_lib.training.evaluation import forbid_specials
+from transformer_lib.modern.rope import ROPE_LAYOUTS, RotaryEmbedding
 
 #: the ``positions`` choices of :class:`DecoderOnlyConfig`
 POSITIONS = ("rope", "sinusoidal", "learned", "none")
@@ -37,7 +37,7 @@ def _check_config(c: DecoderOnlyConfig) -> None:
         setattr(c, name, check_int(getattr(c, name), name))
     c.d_model, c.n_heads = check_heads(c.d_model, c.n_heads)    # chapter 3's rule
     for name, value, allowed in (("positions", c.positions, POSITIONS),
-                                 ("rope_layout", c.rope_layout, PE_LAYOUTS)):
+                                 ("rope_layout", c.rope_layout, ROPE_LAYOUTS)):
         if value not in allowed:
             raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
     if c.positions == "rope" and (c.d_model // c.n_heads) % 2:
@@ -275,8 +275,6 @@ class PromptStepper:
         self.model, self.prompt, self.pad = model, prompt, c.pad_id
         self.prefix = prompt.size(1) if c.prefix_lm else 0
         self.cache = model.new_cache() if use_cache else None
-        self.forbidden = torch.tensor(sorted({c.pad_id, c.bos_id}),
-                                      device=prompt.device)
         if self.cache is not None:                                 # the prefill
             real = prompt != c.pad_id
             model.hidden(prompt, lm_positions(real),
@@ -293,7 +291,7 @@ class PromptStepper:
             pos = lm_positions(real)[:, -1:]                       # (N, 1)
             h = self.model.hidden(ids[:, -1:], pos, lm_mask(real, 1), self.cache)
             logits = self.model.logits(h[:, -1])                   # (N, V)
-        return logits.float().index_fill(-1, self.forbidden, float("-inf"))
+        return forbid_specials(logits, self.model.config)         # chapter 10
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep rows ``index``: the beams that survive a step."""

@@ -1,7 +1,7 @@
 """Generated from book/13_modern.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 61b90a5706b67da3
+# digest: 48bb47f5cdc1b7d0
 # fmt: off
 
 # [book/13_modern.ipynb, cell 59159325]
@@ -13,9 +13,10 @@ import torch
 from torch import nn
 
 from transformer_lib.checks import check_float, check_int
-# the two ways of pairing a head's coordinates, (2j, 2j+1) or (j, j + d/2) as Llama
-# does: the two column layouts of chapter 2's table
-from transformer_lib.positional import PE_LAYOUTS
+
+#: the two ways of pairing a head's coordinates: (2j, 2j+1), the complex view, or
+#: (j, j + d/2), as Llama does
+ROPE_LAYOUTS = ("interleaved", "half")
 
 
 def rotary_frequencies(head_dim: int, base: float = 10000.0) -> torch.Tensor:
@@ -51,8 +52,8 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
     (..., L, d/2) are given. ``layout="interleaved"`` pairs (2j, 2j+1), the complex
     view; ``"half"`` pairs (j, j + d/2), Llama's ``rotate_half``. Half-precision x is
     rotated in float32 and returned in its dtype (so it runs under autocast)."""
-    if layout not in PE_LAYOUTS:
-        raise ValueError(f"layout must be one of {PE_LAYOUTS}, got {layout!r}")
+    if layout not in ROPE_LAYOUTS:
+        raise ValueError(f"layout must be one of {ROPE_LAYOUTS}, got {layout!r}")
     xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
     if layout == "interleaved":
         x1, x2 = xf[..., 0::2], xf[..., 1::2]               # (..., L, d/2) each
@@ -100,8 +101,8 @@ class RotaryEmbedding(nn.Module):
     def __init__(self, head_dim: int, base: float = 10000.0, max_len: int = 512,
                  layout: str = "interleaved"):
         super().__init__()
-        if layout not in PE_LAYOUTS:
-            raise ValueError(f"layout must be one of {PE_LAYOUTS}, got {layout!r}")
+        if layout not in ROPE_LAYOUTS:
+            raise ValueError(f"layout must be one of {ROPE_LAYOUTS}, got {layout!r}")
         self.head_dim, self.layout = check_int(head_dim, "head_dim"), layout
         self.base = check_float(base, "base", 1.0, low_open=True)
         self.register_buffer("inv_freq", rotary_frequencies(head_dim, base),
@@ -141,4 +142,10 @@ class RotaryEmbedding(nn.Module):
         return self.rotation(positions)(x)
 
 
-__all__ = ['rotary_frequencies', 'rotate', 'apply_rotary', 'RotaryEmbedding']
+__all__ = [
+    'ROPE_LAYOUTS',
+    'rotary_frequencies',
+    'rotate',
+    'apply_rotary',
+    'RotaryEmbedding',
+]
