@@ -429,8 +429,9 @@ def test_a_dotted_module_is_in_a_subpackage_with_a_generated_init(tmp_path: Path
     pkg = tmp_path / "transformer_lib" / "part"
     assert sorted(p.name for p in pkg.iterdir()) == ["__init__.py", "first.py", "second.py"]
     init = (pkg / "__init__.py").read_text(encoding="utf-8")
-    assert "from transformer_lib.part.first import (\n    one,\n)" in init
-    assert "__all__ = ['one', 'two']" in init and "hidden" not in init
+    assert "from transformer_lib.part.first import *  # noqa: F403" in init and "hidden" not in init
+    assert "*_first.__all__," in init and "*_second.__all__," in init   # the names are listed once, in the modules
+    compile(init, "__init__.py", "exec")
     assert export.check(tmp_path) == []
     (pkg / "stray.py").write_text("x = 1\n", encoding="utf-8")
     assert export.check(tmp_path) == ["transformer_lib/part/stray.py: no chapter exports this module"]
@@ -530,3 +531,18 @@ def test_a_decorator_on_a_reopen_of_a_plain_class_is_refused(tmp_path: Path):
     _write_notebook(tmp_path, "01_toy.ipynb", cells)
     with pytest.raises(export.ExportError, match="plain `class Counter\\(Counter\\):`"):
         export.export_all(tmp_path)
+
+
+def test_a_replaced_method_leaves_its_cells_other_members_under_their_provenance(tmp_path: Path):
+    two = ('class Counter(Counter):\n    def add(self) -> int:\n        return 1\n\n'
+           '    def sub(self) -> int:\n        return 2')
+    one = 'class Counter(Counter):\n    def add(self) -> int:\n        return 3'
+    _write_notebook(tmp_path, "01_toy.ipynb", [_cell("code", "#| default_exp toy"),
+                                               _cell("code", "#| export\n" + REOPEN_BASE),
+                                               _cell("code", "#| export\n" + two)])
+    _write_notebook(tmp_path, "02_more.ipynb", [_cell("code", "#| export toy\n" + one)])
+    text = export.export_all(tmp_path)[tmp_path / "transformer_lib" / "toy.py"]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    at = lines.index("def add(self) -> int:")
+    assert lines[at - 1] == "# [book/02_more.ipynb, cell 1]" and lines[at + 1] == "return 3"
+    assert lines[at + 2] == "# [book/01_toy.ipynb, cell 3]" and lines[at + 3] == "def sub(self) -> int:"

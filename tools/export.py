@@ -231,8 +231,11 @@ def _fold(chunk: list[str], notebook_rel: str, cell: Cell, node: ast.ClassDef) -
             rest.pop()
         out[end:end] = ["", comment, *rest]
     for a, b, new in sorted(replaced, reverse=True):
-        prev = a - 2  # the line above the old definition: its own provenance, if it came alone
-        if prev >= 0 and out[prev].strip().startswith("# [") and _alone_after(out, b):
+        prev = a - 2  # the line above the old definition: the provenance of the cell that wrote it
+        if prev >= 0 and out[prev].strip().startswith("# ["):
+            if not _alone_after(out, b):  # that cell wrote more: its comment moves down to the rest
+                after = next(i for i in range(b, len(out)) if out[i].strip())
+                out.insert(after, out[prev])
             a -= 1
         out[a - 1:b] = new
     return out
@@ -335,25 +338,30 @@ def render_module(cells: list[tuple[str, Cell]]) -> str:
 
 
 def _all_line(names: list[str]) -> str:
+    """``__all__`` on one line, or wrapped within the book's 88 columns (several names a line)."""
     line = "__all__ = [" + ", ".join(repr(n) for n in names) + "]\n"
-    if len(line) > 89:  # one name a line, within the book's 88 columns
-        line = "__all__ = [\n" + "".join(f"    {n!r},\n" for n in names) + "]\n"
-    return line
+    if len(line) <= 89:
+        return line
+    rows: list[str] = []
+    for name in (f"{n!r}," for n in names):
+        if rows and len(rows[-1]) + 1 + len(name) <= 88:
+            rows[-1] += " " + name
+        else:
+            rows.append("    " + name)
+    return "__all__ = [\n" + "\n".join(rows) + "\n]\n"
 
 
 def render_package(package: str, modules: list[tuple[str, list[str], list[str]]]) -> str:
     """The ``__init__.py`` of a subpackage: it re-exports the public names of its modules, given as
-    (dotted module, its public names, the pages it comes from) in book order."""
+    (dotted module, its public names, the pages it comes from) in book order. The names are listed once,
+    in the modules' own ``__all__``: the package imports each module and joins their lists."""
     pages = list(dict.fromkeys(rel for _, _, rels in modules for rel in rels))
-    lines = []
-    names: list[str] = []
-    for module, public, _ in modules:
-        if public:
-            lines.append(f"from transformer_lib.{module} import (\n"
-                         + "".join(f"    {n},\n" for n in public) + ")")
-        names += public
+    shown = [m for m, public, _ in modules if public]
+    short = [m.rsplit(".", 1)[1] for m in shown]
+    lines = [f"from transformer_lib.{package} import {s} as _{s}" for s in short]
+    lines += [f"from transformer_lib.{m} import *  # noqa: F403" for m in shown]
     body = "\n".join(lines) + "\n"
-    content = body + "\n" + _all_line(names)
+    content = body + "\n__all__ = [\n" + "".join(f"    *_{s}.__all__,\n" for s in short) + "]\n"
     made = "".join(f"Generated from {rel}.\n" for rel in pages)
     header = (
         f'"""The package ``transformer_lib.{package}``: it re-exports its modules\' public names.\n\n'

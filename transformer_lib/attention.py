@@ -2,7 +2,7 @@
 Extended by book/13_modern.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 312df68612557c4a
+# digest: e10b3bd4db1aaa78
 # fmt: off
 
 # [book/03_attention.ipynb, cell 543feaed]
@@ -185,7 +185,6 @@ class MultiHeadAttention(nn.Module):
         b = None if self.in_proj.bias is None else self.in_proj.bias[part]
         return F.linear(x, self.in_proj.weight[part], b)              # rows `part`
 
-    # [book/03_attention.ipynb, cell a879aff7]
     # [book/13_modern.ipynb, cell 0b605ca3]
     def _self_qkv(self, x: torch.Tensor, cache: AttentionCache | None,
                   rotary: Callable[[torch.Tensor], torch.Tensor] | None = None
@@ -204,6 +203,7 @@ class MultiHeadAttention(nn.Module):
             cache.k, cache.v = k, v
         return q, k, v
 
+    # [book/03_attention.ipynb, cell a879aff7]
     def _cross_qkv(self, query: torch.Tensor, key: torch.Tensor,
                    value: torch.Tensor | None, cache: AttentionCache | None
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -224,7 +224,6 @@ class MultiHeadAttention(nn.Module):
             cache.k, cache.v = k, v
         return q, k, v
 
-    # [book/03_attention.ipynb, cell 14328a87]
     # [book/13_modern.ipynb, cell 5d61bd9f]
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 mask: torch.Tensor | None,
@@ -259,6 +258,7 @@ class MultiHeadAttention(nn.Module):
                 ) -> torch.Tensor:
         return self._forward(query, key, value, mask, cache, False, rotary)[0]
 
+    # [book/03_attention.ipynb, cell 14328a87]
     def forward_with_weights(
             self, query: torch.Tensor, key: torch.Tensor | None = None,
             value: torch.Tensor | None = None, mask: torch.Tensor | None = None,

@@ -1,7 +1,7 @@
 """Generated from book/01_embedding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: f56ee30cbc38b142
+# digest: 2f53e1a2d14d667e
 # fmt: off
 
 # [book/01_embedding.ipynb, cell c59bb357]
@@ -118,10 +118,6 @@ def check_token_ids(ids: torch.Tensor, vocab_size: int | None, name: str = "ids"
 
 
 __all__ = [
-    'default_device',
-    'resolve_device',
-    'check_int',
-    'check_float',
-    'check_probability',
+    'default_device', 'resolve_device', 'check_int', 'check_float', 'check_probability',
     'check_token_ids',
 ]

@@ -1,7 +1,7 @@
 """Generated from book/08_decoder.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 455ad278c99e4cae
+# digest: b43d3f8f6ed11267
 # fmt: off
 
 # [book/08_decoder.ipynb, cell b698ca2c]
@@ -163,10 +163,6 @@ def load_torch_decoder(decoder: _M, reference: nn.Module) -> _M:
 
 
 __all__ = [
-    'LayerCache',
-    'KVCache',
-    'DecoderLayer',
-    'Decoder',
-    'load_torch_decoder_layer',
+    'LayerCache', 'KVCache', 'DecoderLayer', 'Decoder', 'load_torch_decoder_layer',
     'load_torch_decoder',
 ]

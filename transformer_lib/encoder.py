@@ -1,7 +1,7 @@
 """Generated from book/07_encoder.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: e1de32c8d0e6bed9
+# digest: 1e56c35f836a9dce
 # fmt: off
 
 # [book/07_encoder.ipynb, cell 358f147a]
@@ -156,9 +156,6 @@ def load_torch_encoder(encoder: _M, reference: nn.Module) -> _M:
 
 
 __all__ = [
-    'LayerConfig',
-    'EncoderLayer',
-    'Encoder',
-    'load_torch_encoder_layer',
+    'LayerConfig', 'EncoderLayer', 'Encoder', 'load_torch_encoder_layer',
     'load_torch_encoder',
 ]

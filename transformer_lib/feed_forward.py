@@ -1,7 +1,7 @@
 """Generated from book/05_feed_forward.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 5aa2fcf32b056804
+# digest: 8cedae37a53d005f
 # fmt: off
 
 # [book/05_feed_forward.ipynb, cell fc405d40]
@@ -77,9 +77,6 @@ class PositionwiseFeedForward(nn.Module):
 
 
 __all__ = [
-    'ACTIVATIONS',
-    'GATED_ACTIVATIONS',
-    'get_activation',
-    'swiglu_width',
+    'ACTIVATIONS', 'GATED_ACTIVATIONS', 'get_activation', 'swiglu_width',
     'PositionwiseFeedForward',
 ]

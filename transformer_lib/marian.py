@@ -1,7 +1,7 @@
 """Generated from book/appendix_marian.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: d5aaea1474270553
+# digest: a2f494cf2dd3eba2
 # fmt: off
 
 # [book/appendix_marian.ipynb, cell 355b3753]
@@ -265,13 +265,7 @@ def convert_marian(src, out) -> Path:
 
 
 __all__ = [
-    'MARIAN_ACTIVATIONS',
-    'marian_config',
-    'marian_state_dict',
-    'from_marian',
-    'MarianTokenizerAdapter',
-    'MARIAN_TOKENIZER_DIR',
-    'save_marian_dir',
-    'load_marian_dir',
-    'convert_marian',
+    'MARIAN_ACTIVATIONS', 'marian_config', 'marian_state_dict', 'from_marian',
+    'MarianTokenizerAdapter', 'MARIAN_TOKENIZER_DIR', 'save_marian_dir',
+    'load_marian_dir', 'convert_marian',
 ]

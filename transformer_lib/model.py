@@ -2,7 +2,7 @@
 Extended by book/appendix_marian.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: c0b16fd7001f9bc7
+# digest: ce3a942c7ae1c070
 # fmt: off
 
 # [book/09_model.ipynb, cell c85a103b]
@@ -113,7 +113,6 @@ class TransformerConfig:
             raise ValueError(f"output_bias must be True or False, "
                              f"got {self.output_bias!r}")
 
-    # [book/09_model.ipynb, cell f33cd6c8]
     # [book/appendix_marian.ipynb, cell 33a6284f]
     def to_dict(self) -> dict:
         """The fields as a plain dict (JSON-serialisable). The two fields of the Marian
@@ -125,6 +124,7 @@ class TransformerConfig:
                 del d[name]
         return d
 
+    # [book/09_model.ipynb, cell f33cd6c8]
     @classmethod
     def from_dict(cls, d: dict) -> TransformerConfig:
         """The inverse of :meth:`to_dict`; unknown keys raise a ValueError."""

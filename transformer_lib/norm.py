@@ -1,7 +1,7 @@
 """Generated from book/06_residual_and_norm.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 5441e51295ef567e
+# digest: bc3ece5d40bea440
 # fmt: off
 
 # [book/06_residual_and_norm.ipynb, cell 997f4cad]
@@ -146,10 +146,5 @@ class SublayerConnection(nn.Module):
 
 
 __all__ = [
-    'layer_norm',
-    'rms_norm',
-    'LayerNorm',
-    'RMSNorm',
-    'make_norm',
-    'SublayerConnection',
+    'layer_norm', 'rms_norm', 'LayerNorm', 'RMSNorm', 'make_norm', 'SublayerConnection',
 ]

@@ -2,7 +2,7 @@
 Extended by book/appendix_marian.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: e40ddc90e9c63966
+# digest: 72bcd9b1c00f1c93
 # fmt: off
 
 # [book/02_positional_encoding.ipynb, cell eea870aa]
@@ -108,9 +108,6 @@ def half_layout(table: torch.Tensor) -> torch.Tensor:
 
 
 __all__ = [
-    'sinusoidal_table',
-    'PositionalEncoding',
-    'LearnedPositionalEncoding',
-    'POSITIONAL_LAYOUTS',
-    'half_layout',
+    'sinusoidal_table', 'PositionalEncoding', 'LearnedPositionalEncoding',
+    'POSITIONAL_LAYOUTS', 'half_layout',
 ]

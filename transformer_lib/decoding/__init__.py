@@ -2,53 +2,18 @@
 
 Generated from book/11_decoding.ipynb.
 Edit the notebooks, not this file; regenerate with ``python tools/export.py``."""
-# digest: abce9685c65277ae
+# digest: 96af37acf30ba2b8
 # fmt: off
 
-from transformer_lib.decoding.greedy import (
-    DecodingConfig,
-    Seq2SeqModel,
-    DecodingStepper,
-    check_model,
-    check_src,
-    check_max_len,
-    default_max_len,
-    check_decoding,
-    decoding_mode,
-    Stepper,
-    make_stepper,
-    start_decoding,
-    greedy_decode,
-    decode_with,
-    token_scores,
-)
-from transformer_lib.decoding.beam import (
-    length_penalty_factor,
-    beam_search,
-)
-from transformer_lib.decoding.sampling import (
-    sampling_distribution,
-    sample,
-)
+from transformer_lib.decoding import greedy as _greedy
+from transformer_lib.decoding import beam as _beam
+from transformer_lib.decoding import sampling as _sampling
+from transformer_lib.decoding.greedy import *  # noqa: F403
+from transformer_lib.decoding.beam import *  # noqa: F403
+from transformer_lib.decoding.sampling import *  # noqa: F403
 
 __all__ = [
-    'DecodingConfig',
-    'Seq2SeqModel',
-    'DecodingStepper',
-    'check_model',
-    'check_src',
-    'check_max_len',
-    'default_max_len',
-    'check_decoding',
-    'decoding_mode',
-    'Stepper',
-    'make_stepper',
-    'start_decoding',
-    'greedy_decode',
-    'decode_with',
-    'token_scores',
-    'length_penalty_factor',
-    'beam_search',
-    'sampling_distribution',
-    'sample',
+    *_greedy.__all__,
+    *_beam.__all__,
+    *_sampling.__all__,
 ]

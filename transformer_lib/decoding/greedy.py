@@ -1,7 +1,7 @@
 """Generated from book/11_decoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: d7c5d398865d61b2
+# digest: 7f6fd0ad24eefcf2
 # fmt: off
 
 # [book/11_decoding.ipynb, cell 5814e656]
@@ -308,19 +308,7 @@ def token_scores(model: Seq2SeqModel, src: torch.Tensor,
 
 
 __all__ = [
-    'DecodingConfig',
-    'Seq2SeqModel',
-    'DecodingStepper',
-    'check_model',
-    'check_src',
-    'check_max_len',
-    'default_max_len',
-    'check_decoding',
-    'decoding_mode',
-    'Stepper',
-    'make_stepper',
-    'start_decoding',
-    'greedy_decode',
-    'decode_with',
-    'token_scores',
+    'DecodingConfig', 'Seq2SeqModel', 'DecodingStepper', 'check_model', 'check_src',
+    'check_max_len', 'default_max_len', 'check_decoding', 'decoding_mode', 'Stepper',
+    'make_stepper', 'start_decoding', 'greedy_decode', 'decode_with', 'token_scores',
 ]

@@ -2,43 +2,18 @@
 
 Generated from book/13_modern.ipynb.
 Edit the notebooks, not this file; regenerate with ``python tools/export.py``."""
-# digest: 6310774821d47b42
+# digest: be45f7cdff144d41
 # fmt: off
 
-from transformer_lib.modern.rope import (
-    ROPE_LAYOUTS,
-    rotary_frequencies,
-    rotate,
-    apply_rotary,
-    RotaryEmbedding,
-)
-from transformer_lib.modern.decoder_only import (
-    POSITIONS,
-    DecoderOnlyConfig,
-    DecoderOnlyBlock,
-    lm_positions,
-    lm_mask,
-    DecoderOnlyLM,
-    PromptStepper,
-)
-from transformer_lib.modern.llama import (
-    half_to_interleaved,
-    load_llama_state_dict,
-)
+from transformer_lib.modern import rope as _rope
+from transformer_lib.modern import decoder_only as _decoder_only
+from transformer_lib.modern import llama as _llama
+from transformer_lib.modern.rope import *  # noqa: F403
+from transformer_lib.modern.decoder_only import *  # noqa: F403
+from transformer_lib.modern.llama import *  # noqa: F403
 
 __all__ = [
-    'ROPE_LAYOUTS',
-    'rotary_frequencies',
-    'rotate',
-    'apply_rotary',
-    'RotaryEmbedding',
-    'POSITIONS',
-    'DecoderOnlyConfig',
-    'DecoderOnlyBlock',
-    'lm_positions',
-    'lm_mask',
-    'DecoderOnlyLM',
-    'PromptStepper',
-    'half_to_interleaved',
-    'load_llama_state_dict',
+    *_rope.__all__,
+    *_decoder_only.__all__,
+    *_llama.__all__,
 ]

@@ -1,7 +1,7 @@
 """Generated from book/13_modern.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: e36d3d77ed63c73b
+# digest: 851ae3547ac5e9ad
 # fmt: off
 
 # [book/13_modern.ipynb, cell 96baa493]
@@ -301,11 +301,6 @@ class PromptStepper:
 
 
 __all__ = [
-    'POSITIONS',
-    'DecoderOnlyConfig',
-    'DecoderOnlyBlock',
-    'lm_positions',
-    'lm_mask',
-    'DecoderOnlyLM',
-    'PromptStepper',
+    'POSITIONS', 'DecoderOnlyConfig', 'DecoderOnlyBlock', 'lm_positions', 'lm_mask',
+    'DecoderOnlyLM', 'PromptStepper',
 ]

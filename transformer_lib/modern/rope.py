@@ -1,7 +1,7 @@
 """Generated from book/13_modern.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 48bb47f5cdc1b7d0
+# digest: 28a1e6e29142021d
 # fmt: off
 
 # [book/13_modern.ipynb, cell 59159325]
@@ -143,9 +143,5 @@ class RotaryEmbedding(nn.Module):
 
 
 __all__ = [
-    'ROPE_LAYOUTS',
-    'rotary_frequencies',
-    'rotate',
-    'apply_rotary',
-    'RotaryEmbedding',
+    'ROPE_LAYOUTS', 'rotary_frequencies', 'rotate', 'apply_rotary', 'RotaryEmbedding',
 ]

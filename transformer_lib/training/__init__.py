@@ -3,115 +3,48 @@
 Generated from book/10_training.ipynb.
 Generated from book/appendix_training_run.ipynb.
 Edit the notebooks, not this file; regenerate with ``python tools/export.py``."""
-# digest: 0ec2ea2a3ac0646b
+# digest: e7c8633ae97efdfd
 # fmt: off
 
-from transformer_lib.training.batching import (
-    shift_right,
-    PairDataset,
-    Batch,
-    PadCollate,
-    TokenBucketSampler,
-    padding_fraction,
-    toy_task,
-    copy_task,
-    reverse_task,
-)
-from transformer_lib.training.loss import (
-    LabelSmoothingLoss,
-)
-from transformer_lib.training.evaluation import (
-    exact_match,
-    evaluate,
-)
-from transformer_lib.training.checkpoint import (
-    capture_rng_state,
-    restore_rng_state,
-    NonFiniteError,
-    CheckpointError,
-    save_checkpoint,
-    CHECKPOINT_FORMAT,
-    load_checkpoint,
-)
-from transformer_lib.training.schedule import (
-    noam_lambda,
-    noam_optimizer,
-)
-from transformer_lib.training.distributed import (
-    is_distributed,
-    rank,
-    world_size,
-    unwrap_model,
-    setup_distributed,
-    cleanup_distributed,
-    gather_objects,
-)
-from transformer_lib.training.config import (
-    TrainHistory,
-    TrainConfig,
-)
-from transformer_lib.training.averaging import (
-    average_state_dicts,
-    average_checkpoints,
-)
-from transformer_lib.training.precision import (
-    PRECISIONS,
-    amp_dtype,
-)
-from transformer_lib.training.position import (
-    RunPosition,
-    epoch_batches,
-)
-from transformer_lib.training.loop import (
-    train,
-    accumulate_gradients,
-)
-from transformer_lib.training.keeper import (
-    FileKeeper,
-)
-from transformer_lib.training.interrupts import (
-    Interrupts,
-)
+from transformer_lib.training import batching as _batching
+from transformer_lib.training import loss as _loss
+from transformer_lib.training import evaluation as _evaluation
+from transformer_lib.training import checkpoint as _checkpoint
+from transformer_lib.training import schedule as _schedule
+from transformer_lib.training import distributed as _distributed
+from transformer_lib.training import config as _config
+from transformer_lib.training import averaging as _averaging
+from transformer_lib.training import precision as _precision
+from transformer_lib.training import position as _position
+from transformer_lib.training import loop as _loop
+from transformer_lib.training import keeper as _keeper
+from transformer_lib.training import interrupts as _interrupts
+from transformer_lib.training.batching import *  # noqa: F403
+from transformer_lib.training.loss import *  # noqa: F403
+from transformer_lib.training.evaluation import *  # noqa: F403
+from transformer_lib.training.checkpoint import *  # noqa: F403
+from transformer_lib.training.schedule import *  # noqa: F403
+from transformer_lib.training.distributed import *  # noqa: F403
+from transformer_lib.training.config import *  # noqa: F403
+from transformer_lib.training.averaging import *  # noqa: F403
+from transformer_lib.training.precision import *  # noqa: F403
+from transformer_lib.training.position import *  # noqa: F403
+from transformer_lib.training.loop import *  # noqa: F403
+from transformer_lib.training.keeper import *  # noqa: F403
+from transformer_lib.training.interrupts import *  # noqa: F403
 
 __all__ = [
-    'shift_right',
-    'PairDataset',
-    'Batch',
-    'PadCollate',
-    'TokenBucketSampler',
-    'padding_fraction',
-    'toy_task',
-    'copy_task',
-    'reverse_task',
-    'LabelSmoothingLoss',
-    'exact_match',
-    'evaluate',
-    'capture_rng_state',
-    'restore_rng_state',
-    'NonFiniteError',
-    'CheckpointError',
-    'save_checkpoint',
-    'CHECKPOINT_FORMAT',
-    'load_checkpoint',
-    'noam_lambda',
-    'noam_optimizer',
-    'is_distributed',
-    'rank',
-    'world_size',
-    'unwrap_model',
-    'setup_distributed',
-    'cleanup_distributed',
-    'gather_objects',
-    'TrainHistory',
-    'TrainConfig',
-    'average_state_dicts',
-    'average_checkpoints',
-    'PRECISIONS',
-    'amp_dtype',
-    'RunPosition',
-    'epoch_batches',
-    'train',
-    'accumulate_gradients',
-    'FileKeeper',
-    'Interrupts',
+    *_batching.__all__,
+    *_loss.__all__,
+    *_evaluation.__all__,
+    *_checkpoint.__all__,
+    *_schedule.__all__,
+    *_distributed.__all__,
+    *_config.__all__,
+    *_averaging.__all__,
+    *_precision.__all__,
+    *_position.__all__,
+    *_loop.__all__,
+    *_keeper.__all__,
+    *_interrupts.__all__,
 ]

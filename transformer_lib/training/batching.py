@@ -1,7 +1,7 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: e570c6d4bc40e07c
+# digest: a4ff43d5358cff80
 # fmt: off
 
 # [book/10_training.ipynb, cell 26558dae]
@@ -282,13 +282,6 @@ def reverse_task(n: int, **kwargs: Any) -> list[tuple[list[int], list[int]]]:
 
 
 __all__ = [
-    'shift_right',
-    'PairDataset',
-    'Batch',
-    'PadCollate',
-    'TokenBucketSampler',
-    'padding_fraction',
-    'toy_task',
-    'copy_task',
-    'reverse_task',
+    'shift_right', 'PairDataset', 'Batch', 'PadCollate', 'TokenBucketSampler',
+    'padding_fraction', 'toy_task', 'copy_task', 'reverse_task',
 ]

@@ -2,7 +2,7 @@
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 6797990e3ea16b2b
+# digest: 36fabc7416802f39
 # fmt: off
 
 # [book/10_training.ipynb, cell f719df39]
@@ -239,11 +239,6 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module | None = None,
 
 
 __all__ = [
-    'capture_rng_state',
-    'restore_rng_state',
-    'NonFiniteError',
-    'CheckpointError',
-    'save_checkpoint',
-    'CHECKPOINT_FORMAT',
-    'load_checkpoint',
+    'capture_rng_state', 'restore_rng_state', 'NonFiniteError', 'CheckpointError',
+    'save_checkpoint', 'CHECKPOINT_FORMAT', 'load_checkpoint',
 ]

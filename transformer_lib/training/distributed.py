@@ -2,7 +2,7 @@
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 455bb9a559c12baa
+# digest: 8bfe72226d46b647
 # fmt: off
 
 # [book/10_training.ipynb, cell 94c0227a]
@@ -81,11 +81,6 @@ def gather_objects(obj: Any) -> list[Any]:
 
 
 __all__ = [
-    'is_distributed',
-    'rank',
-    'world_size',
-    'unwrap_model',
-    'setup_distributed',
-    'cleanup_distributed',
-    'gather_objects',
+    'is_distributed', 'rank', 'world_size', 'unwrap_model', 'setup_distributed',
+    'cleanup_distributed', 'gather_objects',
 ]
