@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -12,7 +13,7 @@ import transformer_lib as tl
 from transformer_lib.feed_forward import swiglu_width
 from transformer_lib.modern.decoder_only import DecoderOnlyConfig, DecoderOnlyLM, lm_mask, lm_positions
 
-SETTINGS = settings(max_examples=15, deadline=None)
+SETTINGS = settings(max_examples=examples(15), deadline=None)
 V = 20
 
 

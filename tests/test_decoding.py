@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import examples
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -62,7 +63,7 @@ def src():
 
 # ---------------------------------------------------------------- the cache
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), norm_first=st.booleans(), B=st.integers(1, 4), steps=st.integers(1, 8))
 def test_cached_logits_equal_full_recomputation(seed, norm_first, B, steps):
     model = make_model(seed % 7, norm_first=norm_first).eval()
@@ -80,7 +81,7 @@ def test_cached_logits_equal_full_recomputation(seed, norm_first, B, steps):
     assert cache.length == ys.size(1)
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(8), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), norm_first=st.booleans(), k=st.integers(1, 4))
 def test_cached_and_uncached_give_the_same_tokens(seed, norm_first, k):
     model = make_model(seed % 5, norm_first=norm_first, eos_boost=1.0 + (seed % 3) * 0.5)
@@ -131,7 +132,7 @@ def test_greedy_matches_a_one_sentence_reference(model, src):
         assert out[i, len(ref):].eq(PAD).all()
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(6), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000))
 def test_batch_rows_are_independent(seed):
     model = make_model(seed % 5)
@@ -145,7 +146,7 @@ def test_batch_rows_are_independent(seed):
 
 # ---------------------------------------------------------------- beam search
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(12), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), alpha=st.sampled_from([0.0, 0.6, 1.0, 2.0]),
        norm=st.sampled_from(["gnmt", "power"]))
 def test_beam_size_one_is_greedy(seed, alpha, norm):
@@ -188,7 +189,7 @@ def _reference_beam(model, x, k, max_len, alpha, norm, count_bos, early_stopping
         return finished
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(8), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), k=st.integers(2, 4), alpha=st.sampled_from([0.0, 0.6, 1.5]),
        norm=st.sampled_from(["gnmt", "power"]), count_bos=st.booleans(), early_stopping=st.booleans())
 def test_beam_search_matches_a_one_sentence_reference(seed, k, alpha, norm, count_bos, early_stopping):
@@ -204,7 +205,7 @@ def test_beam_search_matches_a_one_sentence_reference(seed, k, alpha, norm, coun
             assert ids[i, j, :len(seq)].tolist() == seq and ids[i, j, len(seq):].eq(PAD).all()
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(8), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), k=st.integers(2, 4), alpha=st.sampled_from([0.0, 0.6, 1.5]))
 def test_searching_on_never_lowers_the_best_score(seed, k, alpha):
     """Until the notes' rule stops, both rules run the same search; after it, finished sets only grow."""
@@ -281,7 +282,7 @@ def _reference_distribution(logits, temperature, top_k, top_p):
     return torch.tensor([p[i] / total if i in kept else 0.0 for i in range(len(z))], dtype=torch.float64)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 # float32 values: the function works in float32
 @given(logits=st.lists(st.floats(-5, 5, allow_nan=False, width=32), min_size=2, max_size=12),
        temperature=st.sampled_from([0.3, 1.0, 2.5]), top_k=st.integers(0, 12),
@@ -623,7 +624,7 @@ def test_start_decoding_checks_its_arguments(model, src):
 
 # ---------------------------------------------------------------- issue 14: inputs decoded as users send them
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @example(seed=0, length=1, others=[2], where=0, k=2, max_len=None)      # failed with the batch-wide default
 @given(seed=st.integers(0, 10_000), length=st.integers(1, 3), others=st.lists(st.integers(1, 5), max_size=3),
        where=st.integers(0, 3), k=st.integers(2, 3), max_len=st.sampled_from([None, 2, 4]))

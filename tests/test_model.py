@@ -11,6 +11,7 @@ import types
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import examples
 from conftest import padded_ids as _ids  # one builder of padded id batches for the layer tests
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,7 +21,7 @@ import transformer_lib as tl
 from transformer_lib.checks import check_token_ids
 from transformer_lib.positional import half_layout
 
-SETTINGS = settings(max_examples=15, deadline=None)
+SETTINGS = settings(max_examples=examples(15), deadline=None)
 SMALL = dict(src_vocab_size=50, tgt_vocab_size=60, d_model=16, n_heads=4, n_encoder_layers=2, n_decoder_layers=2,
              d_ff=32, dropout=0.0, max_len=32)
 
@@ -452,3 +453,11 @@ def test_forward_checks_the_ids_once(monkeypatch):
 def test_forward_refuses_batches_of_two_sizes():
     with pytest.raises(ValueError, match="batch size"):
         _model()(_ids([4, 2], 4, 50), _ids([3], 3, 60, bos=True))
+
+
+def test_the_config_declares_the_layer_options_as_chapter_7_does():
+    """TransformerConfig repeats LayerConfig's fields (a flat config whose first two fields are the vocabulary
+    sizes, given by position): the copy must keep the same names and defaults."""
+    layer = {f.name: f.default for f in dataclasses.fields(tl.LayerConfig)}
+    model = {f.name: f.default for f in dataclasses.fields(tl.TransformerConfig)}
+    assert {name: model.get(name, "missing") for name in layer} == layer

@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -65,7 +66,7 @@ def _shift_matrix(k: int, d_model: int) -> torch.Tensor:
     return M
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(k=st.integers(-200, 200), pos=st.integers(200, 700), half=st.integers(1, 32))
 def test_shift_by_k_is_one_linear_map_independent_of_position(k, pos, half):
     d_model = 2 * half
@@ -227,7 +228,7 @@ def test_halves_layout_equals_marians_table(max_len, d_model):
 
 
 @given(max_len=st.integers(1, 60), d_model=st.integers(1, 40))
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 def test_halves_layout_is_a_column_permutation_of_the_interleaved_table(max_len, d_model):
     inter = sinusoidal_table(max_len, d_model)
     halves = half_layout(inter)

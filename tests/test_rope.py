@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transformer_lib.modern.rope import RotaryEmbedding, apply_rotary, rotary_frequencies, rotate
 from transformer_lib.positional import sinusoidal_table
 
-SETTINGS = settings(max_examples=40, deadline=None)
+SETTINGS = settings(max_examples=examples(40), deadline=None)
 
 
 def _score(q, k, m, n, **kw):
