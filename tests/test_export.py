@@ -502,28 +502,26 @@ def test_a_reopened_dataclass_gains_fields_under_one_decorator(tmp_path: Path):
     assert [f.name for f in dataclasses.fields(nb_namespace["Config"])] == ["size", "depth", "layout", "bias"]
 
 
+def _refused_reopen(tmp_path: Path, reopen: str, message: str) -> None:
+    """A chapter with CONFIG_BASE and the reopening cell ``reopen`` does not export: ExportError(message)."""
+    _write_notebook(tmp_path, "01_toy.ipynb", [_cell("code", "#| default_exp toy"),
+                                               _cell("code", "#| export\n" + CONFIG_BASE),
+                                               _cell("code", "#| export\n" + reopen)])
+    with pytest.raises(export.ExportError, match=message):
+        export.export_all(tmp_path)
+
+
 @pytest.mark.parametrize("decorator, message", [
     ("@dataclass", "@dataclass\\(frozen=False\\)"),        # not spelled as the original
     ("@functools.total_ordering", "plain"),
 ])
 def test_a_reopened_dataclass_keeps_its_own_decorator_only(tmp_path: Path, decorator: str, message: str):
-    more = CONFIG_MORE.replace("@dataclass(frozen=False)", decorator)
-    _write_notebook(tmp_path, "01_toy.ipynb", [_cell("code", "#| default_exp toy"),
-                                               _cell("code", "#| export\n" + CONFIG_BASE),
-                                               _cell("code", "#| export\n" + more)])
-    with pytest.raises(export.ExportError, match=message):
-        export.export_all(tmp_path)
+    _refused_reopen(tmp_path, CONFIG_MORE.replace("@dataclass(frozen=False)", decorator), message)
 
 
 def test_fields_need_the_decorator_and_defaults(tmp_path: Path):
-    undecorated = CONFIG_MORE.split("\n", 1)[1]
-    no_default = CONFIG_MORE.replace('bias: bool = False', 'bias: bool')
-    for body, message in ((undecorated, "must be decorated"), (no_default, "need defaults")):
-        _write_notebook(tmp_path, "01_toy.ipynb", [_cell("code", "#| default_exp toy"),
-                                                   _cell("code", "#| export\n" + CONFIG_BASE),
-                                                   _cell("code", "#| export\n" + body)])
-        with pytest.raises(export.ExportError, match=message):
-            export.export_all(tmp_path)
+    _refused_reopen(tmp_path, CONFIG_MORE.split("\n", 1)[1], "must be decorated")
+    _refused_reopen(tmp_path, CONFIG_MORE.replace('bias: bool = False', 'bias: bool'), "need defaults")
 
 
 def test_a_decorator_on_a_reopen_of_a_plain_class_is_refused(tmp_path: Path):

@@ -1,7 +1,7 @@
 """Generated from book/08_decoder.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: b43d3f8f6ed11267
+# digest: de0c42b016374e4c
 # fmt: off
 
 # [book/08_decoder.ipynb, cell b698ca2c]
@@ -105,15 +105,14 @@ class DecoderLayer(nn.Module):
 # [book/08_decoder.ipynb, cell ae1b19c0]
 class Decoder(nn.Module):
     """A stack of ``n_layers`` decoder layers with the options of ``config``, then
-    ``config.stack_norm()`` (default: a final norm for Pre-Norm only). Every layer
-    attends to the same ``memory``, the encoder's final output.
+    the norm of :meth:`LayerConfig.stack` (default: a final norm for Pre-Norm only).
+    Every layer attends to the same ``memory``, the encoder's final output.
     """
 
     def __init__(self, config: LayerConfig, n_layers: int):
         super().__init__()
-        config, n_layers = LayerConfig.expect(config), check_int(n_layers, "n_layers")
-        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(n_layers))
-        self.norm = config.stack_norm()
+        config = LayerConfig.expect(config)
+        self.layers, self.norm = config.stack(DecoderLayer, n_layers)
         self.d_model = config.d_model
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor,

@@ -1,13 +1,14 @@
 """Generated from book/07_encoder.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 1e56c35f836a9dce
+# digest: d5b66aef1725feca
 # fmt: off
 
 # [book/07_encoder.ipynb, cell 358f147a]
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -83,10 +84,15 @@ class LayerConfig:
         return SublayerConnection(self.d_model, self.dropout, self.norm_first,
                                   self.norm, self.eps)
 
-    def stack_norm(self) -> nn.Module:
-        """The norm after a stack: ``final_norm``, or for None, Pre-Norm only."""
+    def stack(self, layer: Callable[[LayerConfig], nn.Module],
+              n_layers: int) -> tuple[nn.ModuleList, nn.Module]:
+        """``n_layers`` layers ``layer(self)``, and the norm after them: ``final_norm``,
+        or for None, Pre-Norm only."""
+        n_layers = check_int(n_layers, "n_layers")
+        layers = nn.ModuleList(layer(self) for _ in range(n_layers))
         use = self.norm_first if self.final_norm is None else self.final_norm
-        return make_norm(self.norm, self.d_model, self.eps) if use else nn.Identity()
+        norm = make_norm(self.norm, self.d_model, self.eps) if use else nn.Identity()
+        return layers, norm
 
 
 # [book/07_encoder.ipynb, cell 6c3f56ab]
@@ -116,16 +122,16 @@ class EncoderLayer(nn.Module):
 
 
 class Encoder(nn.Module):
-    """A stack of ``n_layers`` encoder layers with the options of ``config``, then
-    ``config.stack_norm()`` (a final norm for Pre-Norm, unless ``final_norm`` says
-    otherwise). forward(x (B, L, d_model), mask=None) -> (B, L, d_model).
+    """A stack of ``n_layers`` encoder layers with the options of ``config``, then a
+    final norm for Pre-Norm (unless ``final_norm`` says otherwise: see
+    :meth:`LayerConfig.stack`). forward(x (B, L, d_model), mask=None) -> (B, L,
+    d_model).
     """
 
     def __init__(self, config: LayerConfig, n_layers: int):
         super().__init__()
-        config, n_layers = LayerConfig.expect(config), check_int(n_layers, "n_layers")
-        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(n_layers))
-        self.norm = config.stack_norm()
+        config = LayerConfig.expect(config)
+        self.layers, self.norm = config.stack(EncoderLayer, n_layers)
         self.d_model = config.d_model
 
     def forward(self, x: torch.Tensor,
