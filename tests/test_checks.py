@@ -18,10 +18,11 @@ from transformer_lib.checks import (
 )
 
 
-def test_public_api_is_reexported():
-    for name in ("check_int", "check_float", "check_probability", "check_token_ids", "default_device",
-                 "resolve_device"):
-        assert getattr(tl, name) is getattr(tl.checks, name)
+def test_the_checks_live_in_their_module_and_only_default_device_is_at_the_root():
+    names = ("check_int", "check_float", "check_probability", "check_token_ids", "default_device", "resolve_device")
+    assert set(tl.checks.__all__) == set(names)
+    assert tl.default_device is tl.checks.default_device
+    assert not any(hasattr(tl, name) for name in names if name != "default_device")
 
 
 # --- check_int --------------------------------------------------------------------------------------------
