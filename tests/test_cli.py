@@ -3,10 +3,12 @@ train and translate on a tiny generated corpus, resuming from a checkpoint, Ctrl
 one-line promise over every error path (one line on stderr, exit status 2 for usage errors and 1 for the
 others, never a traceback), the run's report on stderr, and the same command under torchrun with two gloo
 processes on the CPU (DDP)."""
+import inspect
 import io
 import json
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -17,15 +19,15 @@ import torch
 
 from transformer_lib.cli.main import build_parser, main
 from transformer_lib.translation.corpus import generate_pairs, split_pairs, write_tsv
-from transformer_lib.translation.translate import (
+from transformer_lib.translation.model_dir import (
     CHECKPOINT_FILE,
     CONFIG_FILE,
     TOKENIZER_FILE,
     TRAINING_FILE,
     WEIGHTS_FILE,
     load_model_dir,
-    translate_lines,
 )
+from transformer_lib.translation.translate import translate_lines
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--vocab-size", "300", "--d-model", "32", "--n-heads", "2", "--layers", "1", "--d-ff", "64",
@@ -136,18 +138,52 @@ def test_bad_options_give_one_line(argv, needle, capsys):
     _one_line_error(capsys, needle, "(see --help)")
 
 
+def _help(command, capsys):
+    """The --help text of a command, as a user sees it (exit status 0)."""
+    with pytest.raises(SystemExit) as exc:
+        main([command, "--help"])
+    assert exc.value.code == 0
+    return capsys.readouterr().out
+
+
+def _help_entries(text):
+    """option or argument -> its help, read from argparse's --help text: an entry starts two spaces in,
+    its help follows on the same line (after two or more spaces) or on the more indented lines below."""
+    entries, current = {}, None
+    for line in text.splitlines():
+        match = re.match(r"  (\S.*?)(?:\s{2,}(\S.*))?$", line)
+        if match:
+            invocation, first = match.groups()
+            current = [first or ""]
+            for name in re.findall(r"--?[\w-]+", invocation) or [invocation]:
+                entries[name] = current
+        elif current is not None and line.startswith("   ") and line.strip():
+            current.append(line.strip())
+        else:
+            current = None
+    return {name: " ".join(parts).strip() for name, parts in entries.items()}
+
+
 def test_help_explains_every_option(capsys):
-    parser = build_parser()
     for command in ("train", "translate", "convert-marian"):
-        with pytest.raises(SystemExit) as exc:
-            main([command, "--help"])
-        assert exc.value.code == 0
-        text = capsys.readouterr().out
-        sub = parser._subparsers._group_actions[0].choices[command]
-        for action in sub._actions:
-            assert action.help, f"{command} {action.option_strings or action.dest} has no help"
-            for opt in action.option_strings:
-                assert opt in text
+        text = _help(command, capsys)
+        usage = text.split("\n\n")[0]
+        entries = _help_entries(text.split("\n\n", 1)[1])
+        assert set(re.findall(r"--[\w-]+", usage)) <= entries.keys(), (command, usage)
+        for name, explained in entries.items():
+            assert explained, f"{command} {name} has no help"
+
+
+def test_help_shows_the_decoders_defaults_of_translate_lines(capsys):
+    """translate's decoding options have no argparse default (so that an unused one can be refused); --help
+    shows translate_lines' own defaults, read from its signature."""
+    entries = _help_entries(_help("translate", capsys))
+    defaults = inspect.signature(translate_lines).parameters
+    for name in ("length_penalty", "temperature", "top_k", "top_p", "seed"):
+        option = "--" + name.replace("_", "-")
+        assert f"(default: {defaults[name].default})" in entries[option], entries[option]
+    args = build_parser().parse_args(["translate", "--model", "m"])
+    assert (args.length_penalty, args.temperature, args.top_k, args.top_p, args.seed) == (None,) * 5
 
 
 # ---------------------------------------------------------------- translate
@@ -506,8 +542,7 @@ def test_default_warmup_follows_the_steps_and_resume_keeps_it(corpus, tmp_path, 
     assert json.loads((out / TRAINING_FILE).read_text())["args"]["warmup"] == 2
     assert main([*base, "--steps", "40", "--resume"]) == 0                # 40 // 4 would be 10
     assert "(warm-up 2)" in capsys.readouterr().err
-    help_text = build_parser()._subparsers._group_actions[0].choices["train"].format_help()
-    assert "min(4000, steps // 4)" in " ".join(help_text.split())
+    assert "min(4000, steps // 4)" in " ".join(_help("train", capsys).split())
 
 
 def test_translate_truncate_warns_and_translates(trained, tmp_path, capsys):
@@ -518,6 +553,23 @@ def test_translate_truncate_warns_and_translates(trained, tmp_path, capsys):
     captured = capsys.readouterr()
     assert len(captured.out.splitlines()) == 2
     assert captured.err.count("\n") == 1 and f"{src}:2:" in captured.err and "warning" in captured.err
+
+
+def test_translate_tokenises_each_line_once(trained, corpus, tmp_path, monkeypatch, capsys):
+    """The too-long check rides on translate_lines' on_too_long hook: one encode per input line."""
+    from transformer_lib.translation.tokenizer import BPETokenizer
+    calls = []
+    encode = BPETokenizer.encode
+
+    def counted(self, text, *args, **kwargs):
+        calls.append(text)
+        return encode(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(BPETokenizer, "encode", counted)
+    src = tmp_path / "in.txt"
+    src.write_text("".join(p.src + "\n" for p in corpus["test"][:5]), encoding="utf-8")
+    assert main(["translate", str(src), "--model", str(trained), "--device", "cpu"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 5 and len(calls) == 5
 
 
 def test_translate_stdin_bytes_and_crlf(trained, corpus, monkeypatch, capsys):
@@ -589,8 +641,8 @@ def test_torchrun_writes_one_model_directory_that_translate_loads(corpus, ddp_ru
 def test_torchrun_ranks_read_their_share_of_the_batches(corpus, ddp_run):
     from transformer_lib.training.batching import PairDataset, TokenBucketSampler
     from transformer_lib.translation.corpus import read_tsv
+    from transformer_lib.translation.model_dir import load_config_and_tokenizer
     from transformer_lib.translation.tokenizer import encode_pairs
-    from transformer_lib.translation.translate import load_config_and_tokenizer
 
     out, _ = ddp_run
     config, tokenizer = load_config_and_tokenizer(out)

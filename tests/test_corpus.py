@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from num2words import num2words
 
+from transformer_lib.training.files import atomic_write
 from transformer_lib.translation.corpus import (
     CorpusError,
     Pair,
-    atomic_write,
     date_pair,
     generate_pairs,
     number_pair,
@@ -225,6 +225,7 @@ def test_read_tsv_skips_and_counts_blank_lines(tmp_path):
     assert read_tsv(f).blank_lines == 0
 
 
+# atomic_write (chapter 10's appendix) writes every file of chapter 12: the corpus, the tokenizer, the model
 def test_atomic_write_keeps_the_old_file_when_a_write_fails(tmp_path):
     f = tmp_path / "x.txt"
     atomic_write(f, "good\n")

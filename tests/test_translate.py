@@ -1,6 +1,6 @@
-"""Tests of transformer_lib.translation.translate, the API of a program that translates: the model directory
-(save_model_dir, load_model_dir and their errors), batched translation (translate_lines), BLEU and the
-bootstrap confidence intervals of a score."""
+"""Tests of the API of a program that translates: the model directory (transformer_lib.translation.model_dir:
+save_model_dir, load_model_dir and their errors), batched translation (translation.translate: translate_lines),
+BLEU and the bootstrap confidence intervals of a score (translation.metrics)."""
 import json
 import math
 import random
@@ -17,25 +17,22 @@ from safetensors.torch import save_model
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.training.checkpoint import CheckpointError, save_checkpoint
 from transformer_lib.translation.corpus import generate_pairs
-from transformer_lib.translation.tokenizer import BPETokenizer
-from transformer_lib.translation.translate import (
+from transformer_lib.translation.metrics import bleu_ci, bootstrap_ci, corpus_bleu
+from transformer_lib.translation.model_dir import (
     CHECKPOINT_FILE,
     CONFIG_FILE,
     TOKENIZER_FILE,
     TRAINING_FILE,
     WEIGHTS_FILE,
-    LineTooLongWarning,
     ModelDirError,
-    bleu_ci,
-    bootstrap_ci,
-    corpus_bleu,
     load_config_and_tokenizer,
     load_model_dir,
     load_resume_setup,
     save_config_and_tokenizer,
     save_model_dir,
-    translate_lines,
 )
+from transformer_lib.translation.tokenizer import BPETokenizer
+from transformer_lib.translation.translate import LineTooLongWarning, translate_lines
 
 PAIRS = generate_pairs(200, seed=3)
 
@@ -171,7 +168,7 @@ def test_a_failed_write_leaves_the_directory_whole(model, tokenizer, model_dir, 
             f.write(b"{")                                   # a truncated write ...
         raise OSError(28, "No space left on device")        # ... then the disk is full
 
-    monkeypatch.setattr("transformer_lib.translation.translate.save_model", full_disk)
+    monkeypatch.setattr("transformer_lib.translation.model_dir.save_model", full_disk)
     with pytest.raises(OSError, match="No space left"):
         save_model_dir(d, model, tokenizer, steps=8)
     monkeypatch.setattr(BPETokenizer, "to_json", lambda self: 1 / 0)
@@ -264,10 +261,35 @@ def test_sampling_is_seeded(model, tokenizer):
     ({"max_len": 0}, ValueError, "max_len must be"),
     ({"sampling": True, "beam": 2}, ValueError, "beam search .* or sampling"),
     ({"precision": "fp8"}, ValueError, "precision must be one of"),
+    ({"max_len": 49}, ValueError, "max_len=49 is larger than the model's"),
+    ({"beam": 2, "length_penalty": float("nan")}, ValueError, "length_penalty"),
+    ({"beam": 10_000}, ValueError, "beam=10000 is larger than the tokens a beam can take"),
+    ({"sampling": True, "temperature": 0.0}, ValueError, "temperature"),
+    ({"sampling": True, "top_k": -1}, ValueError, "top_k"),
+    ({"sampling": True, "top_p": 1.5}, ValueError, "top_p"),
 ])
 def test_bad_arguments(model, tokenizer, kwargs, error, needle):
     with pytest.raises(error, match=needle):
         translate_lines(model, tokenizer, ["drei"], **kwargs)
+
+
+def test_the_models_mode_is_restored(model, tokenizer):
+    """translate_lines decodes in eval mode and leaves a model in training mode as it found it."""
+    model.train()
+    try:
+        for kwargs in ({}, {"beam": 2}, {"sampling": True}):
+            translate_lines(model, tokenizer, ["drei", "vier"], **kwargs)
+            assert model.training, kwargs
+    finally:
+        model.eval()
+
+
+def test_a_tokenizer_that_does_not_fit_the_model_is_refused(tokenizer):
+    config = TransformerConfig(100, 100, d_model=8, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=16,
+                               max_len=48)
+    small = Transformer(config).eval()
+    with pytest.raises(ValueError, match="line 1: the tokenizer gives id .*src_vocab_size 100"):
+        translate_lines(small, tokenizer, ["dreitausendvierhundert"])
 
 
 def test_one_string_is_refused(model, tokenizer):

@@ -2,47 +2,21 @@
 
 Generated from book/appendix_cli.ipynb.
 Edit the notebooks, not this file; regenerate with ``python tools/export.py``."""
-# digest: 4e1fef74a37bc14b
+# digest: c3298cf3decd70a5
 # fmt: off
 
-from transformer_lib.cli.common import (
-    MODEL_DEFAULTS,
-    MIN_VOCAB,
-    UsageError,
-    Interrupted,
-    device_option,
-    start_processes,
-    log_line,
-    bucket_loader,
-    Progress,
-)
-from transformer_lib.cli.main import (
-    run_convert_marian,
-    build_parser,
-    main,
-)
-from transformer_lib.cli.train import (
-    MODEL_FILES,
-    run_train,
-)
-from transformer_lib.cli.translate import (
-    run_translate,
-)
+from transformer_lib.cli import common as _common
+from transformer_lib.cli import main as _main
+from transformer_lib.cli import train as _train
+from transformer_lib.cli import translate as _translate
+from transformer_lib.cli.common import *  # noqa: F403
+from transformer_lib.cli.main import *  # noqa: F403
+from transformer_lib.cli.train import *  # noqa: F403
+from transformer_lib.cli.translate import *  # noqa: F403
 
 __all__ = [
-    'MODEL_DEFAULTS',
-    'MIN_VOCAB',
-    'UsageError',
-    'Interrupted',
-    'device_option',
-    'start_processes',
-    'log_line',
-    'bucket_loader',
-    'Progress',
-    'run_convert_marian',
-    'build_parser',
-    'main',
-    'MODEL_FILES',
-    'run_train',
-    'run_translate',
+    *_common.__all__,
+    *_main.__all__,
+    *_train.__all__,
+    *_translate.__all__,
 ]

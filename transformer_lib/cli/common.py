@@ -1,21 +1,25 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 68be8170e907dd36
+# digest: a07fdbcd6dbccb34
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell 8f7e9b6c]
 from __future__ import annotations
 
+import inspect
 import sys
 import time
 
 import torch
 from tqdm import tqdm
 
-from transformer_lib import (PadCollate, PairDataset, TokenBucketSampler, evaluate,
-                             setup_distributed)
 from transformer_lib.checks import resolve_device
+from transformer_lib.training.batching import (PadCollate, PairDataset,
+                                               TokenBucketSampler)
+from transformer_lib.training.distributed import setup_distributed
+from transformer_lib.training.evaluation import evaluate
+from transformer_lib.translation.translate import translate_lines
 
 #: the defaults of the model options of ``train``; they are None when not given, so
 #: that ``--resume`` can tell an option given (and refused if it differs from the run's
@@ -24,6 +28,13 @@ MODEL_DEFAULTS = {"vocab_size": 8000, "d_model": 512, "n_heads": 8, "layers": 6,
                   "d_ff": 2048, "dropout": 0.1, "max_len": 256}
 #: the smallest vocabulary: 256 byte tokens and 4 special tokens
 MIN_VOCAB = 260
+#: the defaults of the decoding options of ``translate``, read from the signature of
+#: chapter 12's translate_lines; the options are None when not given, so that one given
+#: for a decoder that does not use it can be refused
+DECODER_DEFAULTS = {
+    name: parameter.default
+    for name, parameter in inspect.signature(translate_lines).parameters.items()
+    if name in ("length_penalty", "temperature", "top_k", "top_p", "seed")}
 
 
 class UsageError(ValueError):
@@ -79,55 +90,42 @@ def bucket_loader(encoded, batch_tokens: int, seed: int, shuffle: bool = True):
 
 # [book/appendix_cli.ipynb, cell 846b4c4f]
 class Progress:
-    """The loss function, wrapped to report the run on stderr: the first update prints
-    ``header``; then the mean loss is read back at that first update and every
-    ``every`` steps, shown on a tqdm bar (``bar``) or written as a line. The step is
-    the scheduler's count, so a resumed run counts on from its checkpoint."""
+    """The run's report on stderr, fed by chapter 10's ``train`` through
+    :meth:`on_step`: the first update prints ``header``; each logged update (the first,
+    every ``log_every`` and the last) shows its mean loss and rate on a tqdm bar
+    (``bar``) or as a line. The step is ``train``'s count, so a resumed run counts on
+    from its checkpoint."""
 
-    def __init__(self, loss_fn, optimizer, scheduler, steps: int, every: int,
-                 bar: bool, header: str, say):
-        self.loss_fn, self.optimizer, self.scheduler = loss_fn, optimizer, scheduler
-        self.steps, self.every, self.header, self.say = steps, every, header, say
+    def __init__(self, steps: int, bar: bool, header: str, say):
+        self.steps, self.header, self.say = steps, header, say
         self.use_bar, self.bar = bar, None
-        self.total: torch.Tensor | float = 0.0
-        self.count, self.t0 = 0, time.perf_counter()
+        self.step, self.t0 = 0, time.perf_counter()
 
-    @property
-    def step(self) -> int:
-        """The updates finished so far."""
-        return self.scheduler.last_epoch
-
-    def __call__(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        loss = self.loss_fn(logits, target)
-        if not torch.is_grad_enabled():            # not a training update
-            return loss
-        step = self.step + 1                       # the update this loss is for
-        first = bool(self.header)
-        if first:                                  # the first update of this run
+    def on_step(self, step: int, record: dict | None) -> None:
+        """``train``'s ``on_step``: after update ``step``; ``record`` holds ``loss``
+        and ``lr`` at a logged update, else it is None."""
+        if self.header:                            # the first update of this run
             resumed = f" (resumed at step {step - 1})" if step > 1 else ""
             self.say(self.header + resumed)
             self.header = ""
             if self.use_bar:
                 self.bar = tqdm(total=self.steps, initial=step - 1, ncols=100,
                                 mininterval=1.0, file=sys.stderr)
-        self.total, self.count = self.total + loss.detach(), self.count + 1
-        if first or step % self.every == 0 or step == self.steps:
-            mean = float(self.total) / self.count   # one read-back per interval
-            self.total, self.count = 0.0, 0
-            lr = self.optimizer.param_groups[0]["lr"]
+        self.step = step
+        if record is not None:
+            loss, lr = record["loss"], record["lr"]
             if self.bar is not None:
-                self.bar.set_postfix(loss=f"{mean:.3f}", lr=f"{lr:.3g}", refresh=False)
+                self.bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.3g}", refresh=False)
             else:
                 seconds = time.perf_counter() - self.t0
-                self.say(f"step {step}/{self.steps}: loss {mean:.3f}, lr {lr:.3g}, "
+                self.say(f"step {step}/{self.steps}: loss {loss:.3f}, lr {lr:.3g}, "
                          f"{seconds:.0f} s")
         if self.bar is not None:
             self.bar.update(1)
-        return loss
 
-    def validate(self, net, loader, amp) -> dict:
+    def validate(self, net, loader, loss_fn, amp: str) -> dict:
         """chapter 10's ``val_fn``: the validation loss, also written on stderr."""
-        value = evaluate(net, loader, self.loss_fn, amp)
+        value = evaluate(net, loader, loss_fn, amp)
         self.say(f"step {self.step}/{self.steps}: validation loss {value:.3f}")
         return {"val_loss": value}
 
@@ -138,13 +136,6 @@ class Progress:
 
 
 __all__ = [
-    'MODEL_DEFAULTS',
-    'MIN_VOCAB',
-    'UsageError',
-    'Interrupted',
-    'device_option',
-    'start_processes',
-    'log_line',
-    'bucket_loader',
-    'Progress',
+    'MODEL_DEFAULTS', 'MIN_VOCAB', 'DECODER_DEFAULTS', 'UsageError', 'Interrupted',
+    'device_option', 'start_processes', 'log_line', 'bucket_loader', 'Progress',
 ]

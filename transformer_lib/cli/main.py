@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 6896b2cd1ba72e4f
+# digest: 6178047d68347ae4
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell c1ea5234]
@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 
 from transformer_lib.checks import check_float, check_int, check_probability
-from transformer_lib.translation.translate import PRECISIONS
-from transformer_lib.cli.common import MIN_VOCAB, MODEL_DEFAULTS, Interrupted
+from transformer_lib.training.precision import PRECISIONS
+from transformer_lib.cli.common import DECODER_DEFAULTS, MIN_VOCAB, MODEL_DEFAULTS
+from transformer_lib.cli.common import Interrupted
 from transformer_lib.cli.common import UsageError, log_line
 from transformer_lib.cli.train import run_train
 from transformer_lib.cli.translate import run_translate
@@ -19,13 +20,14 @@ from transformer_lib.cli.translate import run_translate
 
 class _HelpFormatter(argparse.HelpFormatter):
     """Adds "(default: ...)" to an option's help, unless the default is None/False
-    or the help gives it; a model option's default comes from MODEL_DEFAULTS."""
+    or the help gives it; the default of an option that has none in argparse comes
+    from MODEL_DEFAULTS (train) or DECODER_DEFAULTS (translate)."""
 
     def _get_help_string(self, action):
         text = action.help or ""
         default = action.default
         if default is None:
-            default = MODEL_DEFAULTS.get(action.dest)
+            default = MODEL_DEFAULTS.get(action.dest, DECODER_DEFAULTS.get(action.dest))
         if action.option_strings and default is not None and default is not False \
                 and default != argparse.SUPPRESS and "default" not in text:
             text += f" (default: {default})"
@@ -142,14 +144,13 @@ def _add_translate_parser(sub) -> None:
     how.add_argument("--beam", type=_count, default=1, help="beam size (1: greedy)")
     how.add_argument("--sample", action="store_true", help="sample, do not search")
     add("--length-penalty", type=_real,
-        help="length penalty of beam search, only with --beam > 1 (default 0.6)")
+        help="length penalty of beam search, only with --beam > 1")
     add("--temperature", type=_positive,
-        help="sampling temperature, only with --sample (default 1.0)")
+        help="sampling temperature, only with --sample")
     add("--top-k", type=_count0,
-        help="sample from the k likeliest, only with --sample (default 0: all)")
-    add("--top-p", type=_mass,
-        help="nucleus sampling, in (0, 1], only with --sample (default 1.0)")
-    add("--seed", type=int, help="seed of the sampling, only with --sample (default 0)")
+        help="sample from the k likeliest (0: all), only with --sample")
+    add("--top-p", type=_mass, help="nucleus sampling, in (0, 1], only with --sample")
+    add("--seed", type=int, help="seed of the sampling, only with --sample")
     add("--batch-size", type=_count, default=64, help="sentences decoded together")
     add("--max-len", type=_count, help="longest translation, at most the model's "
         "max_len (default: 2 x source + 10)")

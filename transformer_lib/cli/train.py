@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 702319877861b6cc
+# digest: a2d6fdda82c633e8
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell cli-train-imports]
@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import signal
 import tempfile
 import threading
@@ -19,15 +18,18 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-from transformer_lib import (LabelSmoothingLoss, cleanup_distributed, noam_lambda,
-                             train)
-from transformer_lib.translation.corpus import read_parallel
 from transformer_lib.model import Transformer, TransformerConfig
+from transformer_lib.training.distributed import cleanup_distributed
+from transformer_lib.training.files import atomic_write
+from transformer_lib.training.loop import train
+from transformer_lib.training.loss import LabelSmoothingLoss
+from transformer_lib.training.schedule import noam_optimizer
+from transformer_lib.translation.corpus import read_parallel
+from transformer_lib.translation.model_dir import (
+    CHECKPOINT_FILE, CONFIG_FILE, TOKENIZER_FILE, TRAINING_FILE, WEIGHTS_FILE,
+    ModelDirError, load_config_and_tokenizer, load_resume_setup,
+    save_config_and_tokenizer, save_model_dir)
 from transformer_lib.translation.tokenizer import BPETokenizer, encode_pairs
-from transformer_lib.translation.translate import (CHECKPOINT_FILE, CONFIG_FILE, TOKENIZER_FILE,
-                                       TRAINING_FILE, WEIGHTS_FILE, ModelDirError,
-                                       load_config_and_tokenizer,
-                                       save_config_and_tokenizer, save_model_dir)
 from transformer_lib.cli.common import MODEL_DEFAULTS, Interrupted, UsageError
 from transformer_lib.cli.common import bucket_loader, log_line, start_processes
 from transformer_lib.cli.common import Progress
@@ -80,15 +82,12 @@ def _fingerprint(pairs) -> str:
     return digest.hexdigest()[:16]
 
 
-def _write_record(out: Path, record: dict) -> None:
-    """training.json, written atomically (a temporary file, then a rename)."""
-    file = out / TRAINING_FILE
-    temporary = file.with_name(f".{file.name}.tmp")
-    temporary.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    os.replace(temporary, file)
+def _write_run_record(out: Path, record: dict) -> None:
+    """training.json, written atomically (``atomic_write``)."""
+    atomic_write(out / TRAINING_FILE, json.dumps(record, indent=2) + "\n")
 
 
-def _check_record(out: Path, args, corpus: str) -> None:
+def _check_run_record(out: Path, args, corpus: str) -> None:
     """On ``--resume``: what training.json says about the run must match this command
     (the batches depend on the corpus, --batch-tokens and --seed); a run without the
     record is left to chapter 10's check of the batches per epoch."""
@@ -148,11 +147,9 @@ def _model_setup(args, pairs, rank: int, world: int
     other processes, so that only rank 0 needs ``--out``'s files and all agree."""
     if rank == 0:
         if args.resume:
-            config, loaded = load_config_and_tokenizer(args.out)
-            if not isinstance(loaded, BPETokenizer):     # e.g. a converted model
-                raise ModelDirError(f"--out {args.out}: a converted model, not a run "
-                                    "of train: nothing to resume")
-            tokenizer = loaded
+            # an option that contradicts config.json: a usage error, found first
+            _keep_run_config(args, load_config_and_tokenizer(args.out)[0])
+            config, tokenizer = load_resume_setup(args.out)    # checked against the run
         else:
             texts = [s for s, _ in pairs] + [t for _, t in pairs]
             tokenizer = BPETokenizer.train(texts, vocab_size=args.vocab_size)
@@ -169,7 +166,7 @@ def _model_setup(args, pairs, rank: int, world: int
             config = TransformerConfig.from_dict(config_dict)
             tokenizer = BPETokenizer(Tokenizer.from_str(tokenizer_json))
     if args.resume:
-        _keep_run_config(args, config)
+        _keep_run_config(args, config)         # every process takes the run's values
     elif rank == 0:
         save_config_and_tokenizer(args.out, config, tokenizer)
     return config, tokenizer
@@ -184,27 +181,26 @@ def _on_sigterm(signum, frame) -> None:
     raise _Terminated()
 
 
+def _interrupted(exc: KeyboardInterrupt, what: str) -> Interrupted:
+    """Ctrl-C or SIGTERM as one line and the exit status a shell expects."""
+    name, status = ("SIGTERM", 143) if isinstance(exc, _Terminated) else \
+        ("Ctrl-C", 130)
+    return Interrupted(f"interrupted by {name} {what}", status)
+
+
 def run_train(args) -> int:
     """``train``: read the corpus, train (or load) the tokenizer, train the model, write
     the directory. Under torchrun every process runs it; rank 0 alone writes files.
-    Ctrl-C and SIGTERM end it with :class:`Interrupted`."""
+    Ctrl-C and SIGTERM end it with :class:`Interrupted` (once training has begun,
+    ``_train`` says where the run is saved)."""
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
-    started: list[Progress] = []                 # the run, once training starts
     try:
         rank, world, device = start_processes(args.device, args.threads)
-        return _train(args, rank, world, device, started)
+        return _train(args, rank, world, device)
     except KeyboardInterrupt as exc:
-        name, status = ("SIGTERM", 143) if isinstance(exc, _Terminated) else \
-            ("Ctrl-C", 130)
-        checkpoint = Path(args.out) / CHECKPOINT_FILE
-        if started:
-            raise Interrupted(
-                f"interrupted by {name} after step {started[0].step}; {checkpoint} "
-                "holds the run's last checkpoint: continue it with the same command "
-                "and --resume", status) from None
-        raise Interrupted(f"interrupted by {name} before training began; nothing to "
-                          "resume: run the command again", status) from None
+        raise _interrupted(exc, "before training began; nothing to resume: run the "
+                           "command again") from None
     finally:
         cleanup_distributed()
         if previous is not None:
@@ -241,8 +237,7 @@ def _fit(*args, **kwargs):
 
 
 # [book/appendix_cli.ipynb, cell 6ee171a4]
-def _train(args, rank: int, world: int, device: torch.device,
-           started: list) -> int:
+def _train(args, rank: int, world: int, device: torch.device) -> int:
     out, say = Path(args.out), log_line if rank == 0 else (lambda message: None)
     checkpoint = out / CHECKPOINT_FILE
     if len(args.train) > 2 or (args.valid and len(args.valid) > 2):
@@ -255,7 +250,7 @@ def _train(args, rank: int, world: int, device: torch.device,
     valid_pairs = read_parallel(*args.valid) if args.valid else None
     corpus = _fingerprint(train_pairs)
     if args.resume:
-        _check_record(out, args, corpus)
+        _check_run_record(out, args, corpus)
     config, tokenizer = _model_setup(args, train_pairs, rank, world)
     encoded, val_encoded = _encode(train_pairs, valid_pairs, tokenizer, config.max_len,
                                    say)
@@ -270,35 +265,37 @@ def _train(args, rank: int, world: int, device: torch.device,
     args.warmup = args.warmup or min(4000, max(1, steps // 4))
     record = {k: v for k, v in vars(args).items() if k != "func"}
     if rank == 0 and not args.resume:
-        _write_record(out, {"args": record, "corpus": corpus, "steps": 0})
-    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98),
-                                 eps=1e-9)
-    schedule = noam_lambda(config.d_model, args.warmup, args.lr_factor)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+        _write_run_record(out, {"args": record, "corpus": corpus, "steps": 0})
+    optimizer, scheduler = noam_optimizer(model, config.d_model, args.warmup,
+                                          args.lr_factor)
     n_params = sum(p.numel() for p in model.parameters())
     where = f"{world} processes on {device.type}" if world > 1 else str(device)
     header = (f"{len(encoded)} training pairs, vocabulary {tokenizer.vocab_size}, "
               f"{n_params:,} parameters, {steps} steps (warm-up {args.warmup}) "
               f"on {where}")
-    amp = None if args.precision == "fp32" else args.precision
+    loss_fn = LabelSmoothingLoss(args.label_smoothing, config.pad_id)
     every = max(1, min(100 if args.no_progress else 10, steps // 10))
-    progress = Progress(LabelSmoothingLoss(args.label_smoothing, config.pad_id),
-                         optimizer, scheduler, steps, every,
-                         bar=not args.no_progress and rank == 0, header=header, say=say)
-    started.append(progress)
+    progress = Progress(steps, bar=not args.no_progress and rank == 0, header=header,
+                        say=say)
     val_loader = None
     if val_encoded:
         val_loader = bucket_loader(val_encoded, args.batch_tokens, args.seed,
                                    shuffle=False)
     try:
-        history = _fit(model, loader, optimizer, scheduler, progress, steps=steps,
-                       val_every=args.val_every, clip_norm=args.clip_norm, amp=amp,
-                       accum_steps=args.accum_steps,
-                       val_fn=(lambda net: progress.validate(net, val_loader, amp))
+        history = _fit(model, loader, optimizer, scheduler, loss_fn, steps=steps,
+                       val_every=args.val_every, clip_norm=args.clip_norm,
+                       amp=args.precision, accum_steps=args.accum_steps,
+                       val_fn=(lambda net: progress.validate(net, val_loader, loss_fn,
+                                                             args.precision))
                        if val_loader is not None else None,
-                       log_every=every, checkpoint_path=str(checkpoint),
+                       log_every=every, on_step=progress.on_step,
+                       checkpoint_path=str(checkpoint),
                        checkpoint_every=args.checkpoint_every,
                        resume_from=str(checkpoint) if args.resume else None)
+    except KeyboardInterrupt as exc:
+        raise _interrupted(exc, f"after step {scheduler.last_epoch}; {checkpoint} "
+                           "holds the run's last checkpoint: continue it with the "
+                           "same command and --resume") from None
     finally:
         progress.close()
     loss = history.loss[-1] if history.loss else None

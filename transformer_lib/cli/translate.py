@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: c24676c1be4822ef
+# digest: 32c16cca7622f945
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell 5b80d677]
@@ -12,8 +12,10 @@ from pathlib import Path
 
 import torch
 
-from transformer_lib.translation.translate import load_model_dir, translate_lines
-from transformer_lib.cli.common import UsageError, device_option, log_line
+from transformer_lib.translation.model_dir import load_model_dir
+from transformer_lib.translation.translate import translate_lines
+from transformer_lib.cli.common import DECODER_DEFAULTS, UsageError
+from transformer_lib.cli.common import device_option, log_line
 
 
 def _read_inputs(inputs) -> list[tuple[str, int, str]]:
@@ -47,40 +49,34 @@ def _read_inputs(inputs) -> list[tuple[str, int, str]]:
 
 
 def _sampling_options(args) -> dict:
-    """The decoder's options; one given for another decoder is a usage error."""
-    unused = [f"--{name.replace('_', '-')}"
-              for name in ("temperature", "top_k", "top_p", "seed")
-              if getattr(args, name) is not None]
+    """The decoder's options that were given (the others keep translate_lines'
+    defaults); one given for another decoder is a usage error."""
+    given = {name: getattr(args, name) for name in DECODER_DEFAULTS
+             if getattr(args, name) is not None}
+    unused = [f"--{name.replace('_', '-')}" for name in given
+              if name != "length_penalty"]
     if unused and not args.sample:
         raise UsageError(f"{', '.join(unused)}: only with --sample (without it, "
                          "ignored)")
-    if args.length_penalty is not None and args.beam == 1:
+    if "length_penalty" in given and args.beam == 1:
         raise UsageError("--length-penalty: only with --beam K > 1 (without it, "
                          "ignored)")
-
-    def given(name, default):
-        value = getattr(args, name)
-        return default if value is None else value
-
-    return {"length_penalty": given("length_penalty", 0.6),
-            "temperature": given("temperature", 1.0), "top_k": given("top_k", 0),
-            "top_p": given("top_p", 1.0), "seed": given("seed", 0)}
+    return given
 
 
 # [book/appendix_cli.ipynb, cell ddf2c589]
-def _too_long(lines, tokenizer, max_len: int, truncate: bool, say) -> None:
-    """A line of more than the model's ``max_len`` tokens is an error naming it, or
-    with ``--truncate`` a warning (``translate_lines`` keeps its first tokens)."""
-    long = [(where, i, n) for where, i, text in lines
-            if (n := len(tokenizer.encode(text.strip()))) > max_len]
-    if not long:
-        return
-    where, i, n = long[0]
-    more = f" (and {len(long) - 1} more lines)" if len(long) > 1 else ""
-    if not truncate:
-        raise ValueError(f"{where}:{i}: {n} tokens, more than the model's max_len "
-                         f"{max_len}{more}; split it, or pass --truncate")
-    say(f"warning: {where}:{i}: {n} tokens, only the first {max_len} translated{more}")
+def _long_line_hook(lines, max_len: int, truncate: bool, say):
+    """translate_lines' ``on_too_long``: a line of more than the model's ``max_len``
+    tokens is an error naming its file and line, or with ``--truncate`` a warning
+    (``translate_lines`` then translates its first ``max_len`` tokens)."""
+    def on_too_long(number: int, n_tokens: int) -> None:
+        where, i, _ = lines[number - 1]
+        if not truncate:
+            raise ValueError(f"{where}:{i}: {n_tokens} tokens, more than the model's "
+                             f"max_len {max_len}; split it, or pass --truncate")
+        say(f"warning: {where}:{i}: {n_tokens} tokens, only the first {max_len} "
+            "translated")
+    return on_too_long
 
 
 def run_translate(args) -> int:
@@ -95,12 +91,11 @@ def run_translate(args) -> int:
         raise UsageError(f"--max-len {args.max_len}: the model in {args.model} "
                          f"handles at most {limit} tokens")
     lines = _read_inputs(args.inputs)
-    _too_long(lines, tokenizer, limit, args.truncate, log_line)
     translations = translate_lines(
         model, tokenizer, [text for _, _, text in lines], beam=args.beam,
         sampling=args.sample, batch_size=args.batch_size, max_len=args.max_len,
-        precision=args.precision, on_too_long="truncate" if args.truncate else "error",
-        **options)
+        precision=args.precision,
+        on_too_long=_long_line_hook(lines, limit, args.truncate, log_line), **options)
     text = "".join(t + "\n" for t in translations)
     if args.output:
         try:

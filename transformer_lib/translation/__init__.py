@@ -2,101 +2,24 @@
 
 Generated from book/12_translation.ipynb.
 Edit the notebooks, not this file; regenerate with ``python tools/export.py``."""
-# digest: e6eaf2a099dfa3c8
+# digest: ab41c24d0e94bb23
 # fmt: off
 
-from transformer_lib.translation.corpus import (
-    atomic_write,
-    Pair,
-    NUMBER_LANGUAGES,
-    DATE_LANGUAGES,
-    number_pair,
-    date_pair,
-    generate_pairs,
-    split_pairs,
-    CorpusError,
-    Pairs,
-    read_tsv,
-    read_aligned,
-    read_parallel,
-    write_tsv,
-)
-from transformer_lib.translation.tokenizer import (
-    PAD_ID,
-    BOS_ID,
-    EOS_ID,
-    UNK_ID,
-    SPECIAL_TOKENS,
-    BPETokenizer,
-    BYTE_OF_CHAR,
-    encode_pairs,
-)
-from transformer_lib.translation.translate import (
-    CONFIG_FILE,
-    TOKENIZER_FILE,
-    WEIGHTS_FILE,
-    CHECKPOINT_FILE,
-    TRAINING_FILE,
-    PRECISIONS,
-    TOKENIZER_KIND_FILE,
-    TOKENIZER_KINDS,
-    TextTokenizer,
-    translate_lines,
-    LineTooLongWarning,
-    corpus_bleu,
-    bootstrap_ci,
-    bleu_ci,
-    ModelDirError,
-    save_config_and_tokenizer,
-    save_model_dir,
-    load_tokenizer,
-    load_config_and_tokenizer,
-    load_model_dir,
-    load_resume_setup,
-)
+from transformer_lib.translation import corpus as _corpus
+from transformer_lib.translation import tokenizer as _tokenizer
+from transformer_lib.translation import translate as _translate
+from transformer_lib.translation import metrics as _metrics
+from transformer_lib.translation import model_dir as _model_dir
+from transformer_lib.translation.corpus import *  # noqa: F403
+from transformer_lib.translation.tokenizer import *  # noqa: F403
+from transformer_lib.translation.translate import *  # noqa: F403
+from transformer_lib.translation.metrics import *  # noqa: F403
+from transformer_lib.translation.model_dir import *  # noqa: F403
 
 __all__ = [
-    'atomic_write',
-    'Pair',
-    'NUMBER_LANGUAGES',
-    'DATE_LANGUAGES',
-    'number_pair',
-    'date_pair',
-    'generate_pairs',
-    'split_pairs',
-    'CorpusError',
-    'Pairs',
-    'read_tsv',
-    'read_aligned',
-    'read_parallel',
-    'write_tsv',
-    'PAD_ID',
-    'BOS_ID',
-    'EOS_ID',
-    'UNK_ID',
-    'SPECIAL_TOKENS',
-    'BPETokenizer',
-    'BYTE_OF_CHAR',
-    'encode_pairs',
-    'CONFIG_FILE',
-    'TOKENIZER_FILE',
-    'WEIGHTS_FILE',
-    'CHECKPOINT_FILE',
-    'TRAINING_FILE',
-    'PRECISIONS',
-    'TOKENIZER_KIND_FILE',
-    'TOKENIZER_KINDS',
-    'TextTokenizer',
-    'translate_lines',
-    'LineTooLongWarning',
-    'corpus_bleu',
-    'bootstrap_ci',
-    'bleu_ci',
-    'ModelDirError',
-    'save_config_and_tokenizer',
-    'save_model_dir',
-    'load_tokenizer',
-    'load_config_and_tokenizer',
-    'load_model_dir',
-    'load_resume_setup',
+    *_corpus.__all__,
+    *_tokenizer.__all__,
+    *_translate.__all__,
+    *_metrics.__all__,
+    *_model_dir.__all__,
 ]

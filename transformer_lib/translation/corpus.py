@@ -1,7 +1,7 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: c3b5e07b595ee1e1
+# digest: 4c3a851debb001fb
 # fmt: off
 
 # [book/12_translation.ipynb, cell 3190b244]
@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import datetime
 import importlib
-import os
 import random
 from pathlib import Path
 from types import ModuleType
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from transformer_lib.checks import check_int, check_probability
-from transformer_lib.training.checkpoint import remove_stale_temporaries
+from transformer_lib.training.files import atomic_write
 
 
 def _optional(module: str, extra: str) -> ModuleType:
@@ -28,30 +27,6 @@ def _optional(module: str, extra: str) -> ModuleType:
     except ImportError:
         raise ImportError(f"{module} is not installed; it comes with the {extra!r} "
                           f"extra: pip install 'transformer_lib[{extra}]'") from None
-
-
-def atomic_write(path, data: str | bytes | Callable[[str], object]) -> Path:
-    """Write ``data`` (text as UTF-8, bytes, or a function that writes the file whose
-    name it is given) to ``path`` atomically: into ``<path>.tmp<pid>`` in the same
-    directory, flushed to disk, then renamed over ``path``. A write that fails or is
-    killed leaves the old file whole; temporary files of killed writes are removed by
-    the next write."""
-    path = Path(path)
-    remove_stale_temporaries(str(path))
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        if callable(data):
-            data(tmp)
-        else:
-            with open(tmp, "wb") as f:
-                f.write(data.encode("utf-8") if isinstance(data, str) else data)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)              # atomic: the old file or the new, not half
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    return path
 
 
 # [book/12_translation.ipynb, cell 46d45de5]
@@ -282,18 +257,7 @@ def write_tsv(pairs: Iterable, path) -> Path:
 
 
 __all__ = [
-    'atomic_write',
-    'Pair',
-    'NUMBER_LANGUAGES',
-    'DATE_LANGUAGES',
-    'number_pair',
-    'date_pair',
-    'generate_pairs',
-    'split_pairs',
-    'CorpusError',
-    'Pairs',
-    'read_tsv',
-    'read_aligned',
-    'read_parallel',
-    'write_tsv',
+    'Pair', 'NUMBER_LANGUAGES', 'DATE_LANGUAGES', 'number_pair', 'date_pair',
+    'generate_pairs', 'split_pairs', 'CorpusError', 'Pairs', 'read_tsv', 'read_aligned',
+    'read_parallel', 'write_tsv',
 ]

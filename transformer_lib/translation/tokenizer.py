@@ -1,7 +1,7 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: b7a2cf85cbd75626
+# digest: 8fc3403e8a8d1091
 # fmt: off
 
 # [book/12_translation.ipynb, cell 4aa929ed]
@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from transformer_lib.checks import check_int
-from transformer_lib.translation.corpus import atomic_write
+from transformer_lib.training.files import atomic_write
 
 PAD_ID = 0   #: id of ``<pad>``, the padding token
 BOS_ID = 1   #: id of ``<s>``, the token that starts every decoder input
@@ -126,7 +127,7 @@ class BPETokenizer:
     # [book/12_translation.ipynb, cell 7bb60065]
     def save(self, path) -> Path:
         """Write the tokenizer to ``path``, one JSON file of ``tokenizers``, atomically
-        (:func:`~transformer_lib.translation.corpus.atomic_write`)."""
+        (``atomic_write``)."""
         return atomic_write(path, self.to_json())
 
     def to_json(self) -> str:
@@ -163,6 +164,21 @@ def _byte_of_char() -> dict[str, int]:
 BYTE_OF_CHAR = _byte_of_char()
 
 
+# [book/12_translation.ipynb, cell be2f55a4]
+class TextTokenizer(Protocol):
+    """What translation needs of a tokenizer: a :class:`BPETokenizer` has it, and so
+    does :class:`~transformer_lib.marian.MarianTokenizerAdapter` (duck typing).
+    ``encode`` gives a source's ids as the model reads them; ``decode`` takes an output
+    row (start token first, padding after eos)."""
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids) -> str: ...
+
+
 # [book/12_translation.ipynb, cell d7855214]
 def encode_pairs(pairs: Iterable, tokenizer: BPETokenizer, max_len: int | None = None
                  ) -> tuple[list[tuple[list[int], list[int]]], int]:
@@ -181,12 +197,6 @@ def encode_pairs(pairs: Iterable, tokenizer: BPETokenizer, max_len: int | None =
 
 
 __all__ = [
-    'PAD_ID',
-    'BOS_ID',
-    'EOS_ID',
-    'UNK_ID',
-    'SPECIAL_TOKENS',
-    'BPETokenizer',
-    'BYTE_OF_CHAR',
-    'encode_pairs',
+    'PAD_ID', 'BOS_ID', 'EOS_ID', 'UNK_ID', 'SPECIAL_TOKENS', 'BPETokenizer',
+    'BYTE_OF_CHAR', 'TextTokenizer', 'encode_pairs',
 ]
