@@ -263,7 +263,7 @@ def test_sampling_is_seeded(model, tokenizer):
     ({"precision": "fp8"}, ValueError, "precision must be one of"),
     ({"max_len": 49}, ValueError, "max_len=49 is larger than the model's"),
     ({"beam": 2, "length_penalty": float("nan")}, ValueError, "length_penalty"),
-    ({"beam": 10_000}, ValueError, "beam=10000 is larger than the tokens a beam can take"),
+    ({"beam": 10_000}, ValueError, "beam=10000 is larger than the number of tokens a beam can take"),
     ({"sampling": True, "temperature": 0.0}, ValueError, "temperature"),
     ({"sampling": True, "top_k": -1}, ValueError, "top_k"),
     ({"sampling": True, "top_p": 1.5}, ValueError, "top_p"),

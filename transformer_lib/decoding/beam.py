@@ -1,13 +1,14 @@
 """Generated from book/11_decoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 8b992fb09c4a97ad
+# digest: ef181a0e26af7abe
 # fmt: off
 
 # [book/11_decoding.ipynb, cell 93fe1f50]
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -133,6 +134,18 @@ class _Beams:
         return ids, scores
 
 
+# [book/11_decoding.ipynb, cell ef8fe888]
+def check_beam_size(config: Any, beam_size: Any, name: str = "beam_size") -> int:
+    """``beam_size`` as an int in [1, the tokens a beam can take]: the target
+    vocabulary of ``config`` less pad, bos and eos, which are never generated."""
+    k = check_int(beam_size, name)
+    V = config.tgt_vocab_size
+    if k > V - len({config.pad_id, config.bos_id, config.eos_id}):
+        raise ValueError(f"{name}={k} is larger than the number of tokens a beam "
+                         f"can take (tgt_vocab_size={V} less pad, bos and eos)")
+    return k
+
+
 # [book/11_decoding.ipynb, cell 598b5449]
 def beam_search(model: Seq2SeqModel, src: torch.Tensor, beam_size: int = 4,
                 max_len: int | None = None, length_penalty: float = 0.6,
@@ -168,11 +181,7 @@ def beam_search(model: Seq2SeqModel, src: torch.Tensor, beam_size: int = 4,
     :class:`Seq2SeqModel`.
     """
     src, max_len = check_decoding(model, src, max_len)
-    k = check_int(beam_size, "beam_size")
-    V, c = model.config.tgt_vocab_size, model.config
-    if k > V - len({c.pad_id, c.bos_id, c.eos_id}):
-        raise ValueError(f"beam_size={k} is larger than the number of tokens a beam "
-                         f"can take (tgt_vocab_size={V} less pad, bos and eos)")
+    k = check_beam_size(model.config, beam_size)
     alpha = check_float(length_penalty, "length_penalty")
     length_penalty_factor(1, 0.0, length_norm)                     # checks the name
     if n_best is not None and check_int(n_best, "n_best") > k:

@@ -1,7 +1,7 @@
 """Generated from book/11_decoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 2f3d507db586af8e
+# digest: f279e0d48b71872e
 # fmt: off
 
 # [book/11_decoding.ipynb, cell 7ceb45cb]
@@ -20,19 +20,6 @@ from transformer_lib.decoding.greedy import decode_unchecked
 _MASS_TOLERANCE = 16 * torch.finfo(torch.float32).eps
 
 
-def _sampling_args(temperature: Any, top_k: Any,
-                   top_p: Any) -> tuple[float, int, float]:
-    """The three knobs, checked: temperature > 0, top_k >= 0 (0: no top-k filter), top_p
-    in (0, 1] (1: no nucleus filter)."""
-    try:
-        temperature = check_float(temperature, "temperature", 0.0, low_open=True)
-    except ValueError as error:
-        hint = "the limit temperature -> 0 is greedy_decode"
-        raise ValueError(f"{error} ({hint})") from None
-    return (temperature, check_int(top_k, "top_k", minimum=0),
-            check_probability(top_p, "top_p", zero=False))
-
-
 def sampling_distribution(logits: torch.Tensor, temperature: float = 1.0,
                           top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
     """The distribution :func:`sample` draws from: logits (…, V) -> probabilities
@@ -46,7 +33,7 @@ def sampling_distribution(logits: torch.Tensor, temperature: float = 1.0,
     rounding only (at most ``16 × float32 eps``, about 2e-6) reaches it: uniform logits
     keep exactly ceil(top_p · V) tokens.
     """
-    return _filtered(logits, *_sampling_args(temperature, top_k, top_p))
+    return _filtered(logits, *check_sampling(temperature, top_k, top_p))
 
 
 def _filtered(logits: torch.Tensor, temperature: float, top_k: int,
@@ -75,6 +62,20 @@ def _filtered(logits: torch.Tensor, temperature: float, top_k: int,
     return probs
 
 
+# [book/11_decoding.ipynb, cell 24499349]
+def check_sampling(temperature: Any, top_k: Any,
+                   top_p: Any) -> tuple[float, int, float]:
+    """The three knobs, checked: temperature > 0, top_k >= 0 (0: no top-k filter), top_p
+    in (0, 1] (1: no nucleus filter)."""
+    try:
+        temperature = check_float(temperature, "temperature", 0.0, low_open=True)
+    except ValueError as error:
+        hint = "the limit temperature -> 0 is greedy_decode"
+        raise ValueError(f"{error} ({hint})") from None
+    return (temperature, check_int(top_k, "top_k", minimum=0),
+            check_probability(top_p, "top_p", zero=False))
+
+
 # [book/11_decoding.ipynb, cell c131d097]
 def sample(model: Seq2SeqModel, src: torch.Tensor, max_len: int | None = None,
            temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
@@ -90,7 +91,7 @@ def sample(model: Seq2SeqModel, src: torch.Tensor, max_len: int | None = None,
     output, with or without the cache. pad and bos are never generated. ``model`` is
     any object with the members of :class:`Seq2SeqModel`.
     """
-    knobs = _sampling_args(temperature, top_k, top_p)
+    knobs = check_sampling(temperature, top_k, top_p)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, "
                         f"got {type(generator).__name__}")

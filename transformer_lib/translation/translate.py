@@ -1,7 +1,7 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: d9e075f8ee7c22d1
+# digest: 0dd5a6c73762bca6
 # fmt: off
 
 # [book/12_translation.ipynb, cell 4d681ebd]
@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from transformer_lib.checks import check_float, check_int, check_probability
-from transformer_lib.decoding.beam import beam_search_unchecked
+from transformer_lib.checks import check_float, check_int
+from transformer_lib.decoding.beam import beam_search_unchecked, check_beam_size
 from transformer_lib.decoding.greedy import check_max_len, check_model, decode_unchecked
-from transformer_lib.decoding.sampling import sample_unchecked
+from transformer_lib.decoding.sampling import check_sampling, sample_unchecked
 from transformer_lib.model import Transformer
 from transformer_lib.training.precision import amp_dtype
 from transformer_lib.translation.tokenizer import TextTokenizer
@@ -58,16 +58,12 @@ def translate_lines(model: Transformer, tokenizer: TextTokenizer, lines: Iterabl
     dtype, device = amp_dtype(precision), next(model.parameters()).device
     if beam > 1:
         alpha = check_float(length_penalty, "length_penalty")
-        if beam > c.tgt_vocab_size - len({c.pad_id, c.bos_id, c.eos_id}):
-            raise ValueError(f"beam={beam} is larger than the tokens a beam can take "
-                             f"(tgt_vocab_size={c.tgt_vocab_size} less the specials)")
+        check_beam_size(c, beam, "beam")
 
         def decode(src: torch.Tensor) -> torch.Tensor:
             return beam_search_unchecked(model, src, beam, max_len, alpha)[0]
     elif sampling:
-        knobs = (check_float(temperature, "temperature", 0.0, low_open=True),
-                 check_int(top_k, "top_k", minimum=0),
-                 check_probability(top_p, "top_p", zero=False))
+        knobs = check_sampling(temperature, top_k, top_p)
         generator = torch.Generator(device=device).manual_seed(seed)
 
         def decode(src: torch.Tensor) -> torch.Tensor:
