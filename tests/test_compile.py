@@ -116,7 +116,8 @@ def test_compiled_cached_decoding_step_equals_eager():
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
     assert other.length == cache.length == 4
     for mine, theirs in zip(other.layers, cache.layers):
-        for part in ("self", "cross"):
+        for part in ("self_attn", "cross_attn"):
             for key in ("k", "v"):
-                torch.testing.assert_close(mine[part][key], theirs[part][key], rtol=1e-5, atol=1e-6)
+                torch.testing.assert_close(getattr(getattr(mine, part), key), getattr(getattr(theirs, part), key),
+                                           rtol=1e-5, atol=1e-6)
     torch._dynamo.reset()
