@@ -1,7 +1,7 @@
 """Generated from book/08_decoder.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: de0c42b016374e4c
+# digest: 6460ad92f642459b
 # fmt: off
 
 # [book/08_decoder.ipynb, cell b698ca2c]
@@ -105,7 +105,8 @@ class DecoderLayer(nn.Module):
 # [book/08_decoder.ipynb, cell ae1b19c0]
 class Decoder(nn.Module):
     """A stack of ``n_layers`` decoder layers with the options of ``config``, then
-    the norm of :meth:`LayerConfig.stack` (default: a final norm for Pre-Norm only).
+    the norm of :meth:`~transformer_lib.encoder.LayerConfig.stack` (default: a final
+    norm for Pre-Norm only).
     Every layer attends to the same ``memory``, the encoder's final output.
     """
 

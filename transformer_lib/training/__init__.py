@@ -3,7 +3,7 @@
 Generated from book/10_training.ipynb.
 Generated from book/appendix_training_run.ipynb.
 Edit the notebooks, not this file; regenerate with ``python tools/export.py``."""
-# digest: e7c8633ae97efdfd
+# digest: 54b245939b31d706
 # fmt: off
 
 from transformer_lib.training import batching as _batching
@@ -17,7 +17,6 @@ from transformer_lib.training import averaging as _averaging
 from transformer_lib.training import precision as _precision
 from transformer_lib.training import position as _position
 from transformer_lib.training import loop as _loop
-from transformer_lib.training import keeper as _keeper
 from transformer_lib.training import interrupts as _interrupts
 from transformer_lib.training.batching import *  # noqa: F403
 from transformer_lib.training.loss import *  # noqa: F403
@@ -30,7 +29,6 @@ from transformer_lib.training.averaging import *  # noqa: F403
 from transformer_lib.training.precision import *  # noqa: F403
 from transformer_lib.training.position import *  # noqa: F403
 from transformer_lib.training.loop import *  # noqa: F403
-from transformer_lib.training.keeper import *  # noqa: F403
 from transformer_lib.training.interrupts import *  # noqa: F403
 
 __all__ = [
@@ -45,6 +43,5 @@ __all__ = [
     *_precision.__all__,
     *_position.__all__,
     *_loop.__all__,
-    *_keeper.__all__,
     *_interrupts.__all__,
 ]

@@ -2,7 +2,7 @@
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: a7d449afaa32b24c
+# digest: 05358d78acf1b9e6
 # fmt: off
 
 # [book/10_training.ipynb, cell 1ae85b79]
@@ -169,4 +169,4 @@ class FileKeeper(Keeper):
         return position
 
 
-__all__ = ['FileKeeper']
+__all__ = []
