@@ -210,3 +210,11 @@ def test_the_cache_holds_the_kv_heads_of_every_layer():
         assert len(stepper.cache.layers) == 2
         assert stepper.cache.layers[0].self_attn.k.shape == (2, g, 6, 4)
         assert stepper.cache.layers[0].cross_attn is None                 # no cross-attention
+
+
+def test_eps_must_be_positive_as_in_the_encoder_decoder_config():
+    """eps = 0 gave NaN for a zero row under RMSNorm; chapter 7's LayerConfig already refused it."""
+    for eps in (0.0, -1e-6, float("inf")):
+        with pytest.raises(ValueError, match="eps"):
+            DecoderOnlyConfig(40, d_model=32, n_heads=4, eps=eps)
+    assert DecoderOnlyConfig(40, d_model=32, n_heads=4, eps=1e-5).eps == 1e-5

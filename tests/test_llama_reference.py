@@ -112,3 +112,41 @@ def test_a_model_that_is_not_llama_shaped_is_refused():
         load_llama_state_dict(ours, {})
     with pytest.raises(KeyError, match="embed_tokens"):
         load_llama_state_dict(DecoderOnlyLM(DecoderOnlyConfig(10, d_model=16, n_heads=2)), {})
+
+
+# ---------------------------------------------------------------- issue 26: the loader refuses, before copying
+
+def _tiny(layers=1, tie=True, d=32, kv=2, vocab=40):
+    return DecoderOnlyLM(DecoderOnlyConfig(vocab, d_model=d, n_heads=4, n_layers=layers, n_kv_heads=kv, d_ff=48,
+                                           max_len=128, tie_embeddings=tie))
+
+
+def _llama_state(layers=1, tie=True, d=32, kv=2, vocab=40):
+    return _pair(0, vocab=vocab, d=d, kv=kv, layers=layers, tie=tie)[1].state_dict()
+
+
+@pytest.mark.parametrize("model, state, message", [
+    (lambda: _tiny(layers=1), lambda: _llama_state(layers=2), "would not use, such as 'model.layers.1"),
+    (lambda: _tiny(tie=True), lambda: _llama_state(tie=False), "lm_head.weight differs from its embeddings"),
+    (lambda: _tiny(d=64), lambda: _llama_state(d=32), "model.embed_tokens.weight has shape \\(40, 32\\)"),
+    (lambda: _tiny(kv=4), lambda: _llama_state(kv=2), "k_proj.weight has shape \\(16, 32\\)"),
+    (lambda: _tiny(vocab=50), lambda: _llama_state(vocab=40), "embed_tokens.weight has shape \\(40, 32\\)"),
+])
+def test_a_state_dict_that_does_not_fit_is_refused_before_anything_is_copied(model, state, message):
+    ours, theirs = model(), state()
+    before = {k: v.clone() for k, v in ours.state_dict().items()}
+    with pytest.raises(ValueError, match=message):
+        load_llama_state_dict(ours, theirs)
+    assert all(torch.equal(before[k], v) for k, v in ours.state_dict().items())     # untouched
+
+
+def test_a_model_instead_of_its_state_dict_is_a_clear_error():
+    ref = _pair(0, layers=1)[1]
+    with pytest.raises(TypeError, match="state must be a state dict .*, got LlamaForCausalLM"):
+        load_llama_state_dict(_tiny(), ref)
+
+
+def test_half_to_interleaved_refuses_an_odd_width():
+    with pytest.raises(ValueError, match="head_dim must be even"):
+        half_to_interleaved(7)
+    assert sorted(half_to_interleaved(8).tolist()) == list(range(8))

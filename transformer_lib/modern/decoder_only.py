@@ -1,7 +1,7 @@
 """Generated from book/13_modern.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 851ae3547ac5e9ad
+# digest: c0793c4998fc663f
 # fmt: off
 
 # [book/13_modern.ipynb, cell 96baa493]
@@ -53,6 +53,7 @@ def _check_config(c: DecoderOnlyConfig) -> None:
         raise ValueError(f"prefix_lm must be True or False, got {c.prefix_lm!r}")
     c.dropout = check_probability(c.dropout, "dropout", one=False)
     c.rope_base = check_float(c.rope_base, "rope_base", 1.0, low_open=True)
+    c.eps = check_float(c.eps, "eps", 0.0, low_open=True, high_open=True)
     # chapter 9's rule, and bos is the separator: it may not be the padding
     check_special_ids(c, c.vocab_size, bos_may_be_pad=False)
 
