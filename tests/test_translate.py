@@ -22,6 +22,7 @@ from transformer_lib.translation.model_dir import (
     CHECKPOINT_FILE,
     CONFIG_FILE,
     TOKENIZER_FILE,
+    TOKENIZER_KIND_FILE,
     TRAINING_FILE,
     WEIGHTS_FILE,
     ModelDirError,
@@ -102,6 +103,14 @@ def _copy(model_dir, dst):
     (lambda d: (d / TOKENIZER_FILE).write_text("[]"), "not a tokenizer file"),
     (lambda d: (d / WEIGHTS_FILE).unlink(), "no model.safetensors"),
     (lambda d: (d / WEIGHTS_FILE).write_bytes((d / WEIGHTS_FILE).read_bytes()[:500]), "model.safetensors: damaged"),
+    # issue 26: deeply nested JSON is one line naming the file, not a RecursionError
+    (lambda d: (d / CONFIG_FILE).write_text("[" * 100_000 + "]" * 100_000), "config.json: damaged"),
+    (lambda d: (d / TOKENIZER_KIND_FILE).write_text("[" * 100_000 + "]" * 100_000), "tokenizer_kind.json: damaged"),
+    # issue 26: a model directory reads only its own files
+    (lambda d: (d / TOKENIZER_KIND_FILE).write_text('{"kind": "bpe", "path": "../../../etc/passwd"}'),
+     "tokenizer_kind.json: the tokenizer's path must lie inside the model directory"),
+    (lambda d: (d / TOKENIZER_KIND_FILE).write_text('{"kind": "bpe", "path": "/etc/passwd"}'),
+     "must lie inside the model directory, got '/etc/passwd'"),
 ])
 def test_a_damaged_model_directory_names_the_file(model_dir, tmp_path, damage, needle):
     d = _copy(model_dir, tmp_path / "m")
@@ -429,3 +438,13 @@ def test_bleu_ci_of_perfect_translations_is_100_and_bad_input_is_refused():
         bleu_ci(refs, refs[:2])
     with pytest.raises(ValueError, match="hypotheses"):
         bleu_ci([], [])
+
+
+def test_a_tokenizer_path_that_links_out_of_the_model_directory_is_refused(model_dir, tmp_path):
+    d = _copy(model_dir, tmp_path / "m")
+    outside = tmp_path / "outside.json"
+    outside.write_bytes((d / TOKENIZER_FILE).read_bytes())
+    (d / "tok.json").symlink_to(outside)
+    (d / TOKENIZER_KIND_FILE).write_text('{"kind": "bpe", "path": "tok.json"}')
+    with pytest.raises(ModelDirError, match="must lie inside the model directory"):
+        load_model_dir(d, "cpu")

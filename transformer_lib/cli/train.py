@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: a2d6fdda82c633e8
+# digest: 29ea4a23a7b89310
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell cli-train-imports]
@@ -99,6 +99,8 @@ def _check_run_record(out: Path, args, corpus: str) -> None:
         saved, saved_corpus = record["args"], record.get("corpus")
     except (ValueError, KeyError, TypeError) as exc:
         raise ModelDirError(f"{file}: damaged ({exc})") from None
+    except RecursionError:
+        raise ModelDirError(f"{file}: damaged (nested too deeply)") from None
     if saved_corpus is not None and saved_corpus != corpus:
         raise ModelDirError(f"{file}: the run was trained on another corpus than "
                             f"--train {' '.join(args.train)}: resume with its own")

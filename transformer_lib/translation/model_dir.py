@@ -1,7 +1,7 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 8b5a30bde8bb2f2a
+# digest: 883dd908f1729cea
 # fmt: off
 
 # [book/12_translation.ipynb, cell c9e6cf5a]
@@ -148,9 +148,13 @@ def load_tokenizer(path) -> TextTokenizer:
         record = json.loads(record_file.read_text(encoding="utf-8"))
         module, name = TOKENIZER_KINDS[record["kind"]].split(":")
         where = path / record["path"]
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, KeyError,
+            TypeError):
         raise ModelDirError(f"{record_file}: damaged, or not one of the kinds "
                             f"{sorted(TOKENIZER_KINDS)}") from None
+    if not where.resolve().is_relative_to(path.resolve()):   # ../x, /etc/x, a link out
+        raise ModelDirError(f"{record_file}: the tokenizer's path must lie inside the "
+                            f"model directory, got {record['path']!r}")
     try:
         return getattr(importlib.import_module(module), name).load(where)
     except ImportError as exc:
@@ -175,6 +179,8 @@ def load_config_and_tokenizer(path) -> tuple[TransformerConfig, TextTokenizer]:
         config = TransformerConfig.from_dict(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ModelDirError(f"{file}: damaged ({exc})") from None
+    except RecursionError:
+        raise ModelDirError(f"{file}: damaged (nested too deeply)") from None
     except (TypeError, ValueError) as exc:
         raise ModelDirError(f"{file}: not a valid model configuration ({exc})") \
             from None
