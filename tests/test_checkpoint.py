@@ -497,3 +497,92 @@ def test_a_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, ch
     model, loader, opt, sched = _setup(seed=3)
     hist = train(model, loader, opt, sched, steps=kept + 2, progress=False, resume_from=path, log_every=1)
     assert hist.last_step == kept + 2 and all(math.isfinite(x) for x in hist.loss)
+
+
+# ---------------------------------------------------------------- what a resume keeps and changes (issue 26)
+
+def _resumed_lr(tmp_path, factor_before, factor_after, steps_before=6, warmup=3):
+    model, loader, _, _ = _setup()
+    opt, sched = noam_optimizer(model, 16, warmup, factor_before)
+    path = tmp_path / "run.pt"
+    train(model, loader, opt, sched, steps=steps_before, progress=False, checkpoint_path=path)
+    model, loader, _, _ = _setup()
+    opt, sched = noam_optimizer(model, 16, warmup, factor_after)
+    seen = []
+    train(model, loader, opt, sched, steps=steps_before + 2, progress=False, resume_from=path, log_every=1,
+          on_step=lambda step, record: seen.append(record["lr"]))
+    return seen
+
+
+def test_a_resumed_run_uses_its_new_learning_rate_from_its_first_update(tmp_path):
+    rate = noam_optimizer(torch.nn.Linear(1, 1), 16, 3, 0.05)[1].lr_lambdas[0]
+    seen = _resumed_lr(tmp_path, 5.0, 0.05)
+    assert seen == pytest.approx([rate(6), rate(7)], rel=1e-12)     # not factor 5's rate for update 7
+
+
+def test_an_unchanged_schedule_resumes_with_the_very_rate_the_checkpoint_held(tmp_path):
+    rate = noam_optimizer(torch.nn.Linear(1, 1), 16, 3, 2.0)[1].lr_lambdas[0]
+    assert _resumed_lr(tmp_path, 2.0, 2.0) == [rate(6), rate(7)]     # exactly: the resume stays bit-exact
+
+
+def test_fewer_steps_than_a_checkpoint_has_made_are_refused_before_anything_is_loaded(tmp_path):
+    model, loader, opt, sched = _setup()
+    path = tmp_path / "run.pt"
+    train(model, loader, opt, sched, steps=6, progress=False, checkpoint_path=path)
+    model, loader, opt, sched = _setup(seed=3)
+    before = _params(model)
+    with pytest.raises(CheckpointError, match=rf"{path}: the run has already made 6 updates, more than steps=4"):
+        train(model, loader, opt, sched, steps=4, progress=False, resume_from=path)
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), before))
+    hist = train(model, loader, opt, sched, steps=6, progress=False, resume_from=path)     # as many: nothing to do
+    assert hist.last_step == 6 and hist.loss == []
+
+
+@pytest.mark.parametrize("change", ["accum_steps", "resume_keys"])
+def test_the_checkpoint_itself_refuses_a_resume_that_changes_what_it_must_keep(tmp_path, change):
+    model, loader, opt, sched = _setup()
+    path = tmp_path / "run.pt"
+    train(model, loader, opt, sched, steps=4, progress=False, checkpoint_path=path,
+          resume_keys={"corpus": "3f2a", "batch_tokens": 60})
+    model, loader, opt, sched = _setup()
+    before = _params(model)
+    settings = {"accum_steps": 2, "resume_keys": {"corpus": "3f2a", "batch_tokens": 60}} if change == "accum_steps" \
+        else {"resume_keys": {"corpus": "77aa", "batch_tokens": 60}}
+    expected = "accum_steps=1, this one has accum_steps=2" if change == "accum_steps" \
+        else "corpus='3f2a', this one has corpus='77aa'"
+    with pytest.raises(CheckpointError, match=rf"{path}: the run was saved with {expected}: resume it with the same"):
+        train(model, loader, opt, sched, steps=8, progress=False, resume_from=path, **settings)
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), before))
+    train(model, loader, opt, sched, steps=8, progress=False, resume_from=path,
+          resume_keys={"corpus": "3f2a", "batch_tokens": 60})                       # the same: it resumes
+
+
+def test_ctrl_c_during_the_first_checkpoint_waits_for_it_and_leaves_a_resumable_run(tmp_path, monkeypatch):
+    import transformer_lib.training.keeper as keeper_module
+
+    real = keeper_module.save_checkpoint
+    calls = []
+
+    def save_with_a_ctrl_c(*args, **kwargs):               # Ctrl-C arrives while step 0 is being written
+        calls.append(kwargs.get("step", args[5] if len(args) > 5 else None))
+        if len(calls) == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(keeper_module, "save_checkpoint", save_with_a_ctrl_c)
+    model, loader, opt, sched = _setup(shuffle_loader=True)
+    path = tmp_path / "run.pt"
+    with pytest.raises(KeyboardInterrupt):
+        train(model, loader, opt, sched, steps=5, progress=False, checkpoint_path=path)
+    assert load_checkpoint(path)["step"] == 0                # written whole, then the run stopped
+    monkeypatch.undo()
+    expected = _uninterrupted_plain(5)
+    model, loader, opt, sched = _setup(seed=4, shuffle_loader=True)
+    train(model, loader, opt, sched, steps=5, progress=False, resume_from=path)
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), expected))
+
+
+def _uninterrupted_plain(total):
+    model, loader, opt, sched = _setup(shuffle_loader=True)
+    train(model, loader, opt, sched, steps=total, progress=False)
+    return _params(model)

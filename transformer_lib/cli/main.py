@@ -1,13 +1,16 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 6178047d68347ae4
+# digest: e4e292a1b0490c74
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell c1ea5234]
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import time
 
 from transformer_lib.checks import check_float, check_int, check_probability
 from transformer_lib.training.precision import PRECISIONS
@@ -198,29 +201,42 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """The entry point of ``python -m transformer_lib`` and of the ``transformer-lib``
     console script. Returns the exit status: 0; 2 for a bad option or options that do
     not fit together; 1 for another error; 130 after Ctrl-C, 143 after SIGTERM. An
-    error is one line on stderr, never a traceback."""
+    error is one line on stderr, never a traceback; under torchrun rank 0 alone prints
+    it, and each process leaves it in its torchrun error record."""
     parser = build_parser(prog or "transformer-lib")
     args = parser.parse_args(argv)
     where = f"{parser.prog} {args.command}"
     try:
         return args.func(args)
     except Interrupted as exc:
-        log_line(f"{where}: {exc}")
-        return exc.status
+        return _report(f"{where}: {exc}", exc.status)
     except KeyboardInterrupt:
-        log_line(f"{where}: interrupted")
-        return 130
+        return _report(f"{where}: interrupted", 130)
     except UsageError as exc:
-        log_line(f"{where}: error: {exc} (see --help)")
-        return 2
+        return _report(f"{where}: error: {exc} (see --help)", 2)
     except (ValueError, TypeError, OSError, RuntimeError, MemoryError) as exc:
         message = " ".join(str(exc).split()) or type(exc).__name__
-        log_line(f"{where}: error: {message}")
-        return 1
+        return _report(f"{where}: error: {message}", 1)
     except Exception as exc:                 # a bug: still one line, with its type
         message = " ".join(str(exc).split())
-        log_line(f"{where}: error: {type(exc).__name__} {message}".rstrip())
-        return 1
+        return _report(f"{where}: error: {type(exc).__name__} {message}".rstrip(), 1)
+
+
+def _report(line: str, status: int) -> int:
+    """Print ``line`` (on rank 0 only, under torchrun: every process meets the same
+    error) and, under torchrun, write it as the process's error record, which
+    torchrun's failure report then shows instead of "To enable traceback see ..."."""
+    if os.environ.get("RANK", "0") == "0":
+        log_line(line)
+    record = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if record:
+        info = {"py_callstack": line, "timestamp": str(int(time.time()))}
+        try:
+            with open(record, "w", encoding="utf-8") as f:
+                json.dump({"message": {"message": line, "extraInfo": info}}, f)
+        except OSError:
+            pass                              # the line above was the error itself
+    return status
 
 
 __all__ = ['run_convert_marian', 'build_parser', 'main']

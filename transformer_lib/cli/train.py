@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 29ea4a23a7b89310
+# digest: 40ff500510ae6547
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell cli-train-imports]
@@ -43,12 +43,14 @@ MODEL_FILES = (CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, CHECKPOINT_FILE,
 def _check_out(out: Path, resume: bool, force: bool, rank: int) -> None:
     """Check ``--out`` before anything is trained. ``--resume``: a directory holding
     checkpoint.pt. Otherwise a new or empty directory, or one left by a run stopped
-    before its first checkpoint (``--force``: any directory, a model's files there
-    removed), that rank 0 can create and write to."""
+    before its first checkpoint (config.json, tokenizer.json and training.json at most;
+    ``--force``: any directory, a model's files there removed), that rank 0 can create
+    and write to."""
     if out.exists() and not out.is_dir():
         raise ModelDirError(f"--out {out}: a file, not a directory")
     held = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
-    started = set(held) <= {CONFIG_FILE, TOKENIZER_FILE}   # stopped before step 0
+    # a run stopped before its first checkpoint: the same command starts it again
+    started = set(held) <= {CONFIG_FILE, TOKENIZER_FILE, TRAINING_FILE}
     if resume:
         if CHECKPOINT_FILE not in held:
             raise ModelDirError(f"--out {out}: nothing to resume (no {CHECKPOINT_FILE})"
@@ -209,6 +211,32 @@ def run_train(args) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
+def _where_saved(checkpoint: Path, step: int, resumed: bool) -> str:
+    """Where an interrupted run stands, as its files say (the message must be true)."""
+    if not checkpoint.is_file():
+        return ("before its first checkpoint; nothing to resume: run the same command "
+                "again")
+    when = f"after step {step}; " if step or not resumed else ""
+    return (f"{when}{checkpoint} holds the run's last checkpoint: continue it with "
+            "the same command and --resume")
+
+
+def _check_steps(args, steps: int, checkpoint: Path) -> None:
+    """On ``--resume``: the run must be asked for more updates than it has made."""
+    try:                          # already checked by load_resume_setup: a cheap look
+        done = torch.load(checkpoint, map_location="cpu", weights_only=True,
+                          mmap=True)["step"]
+    except Exception:             # (a damaged file: chapter 10's loader says how, later)
+        return
+    if isinstance(done, int) and done >= steps:
+        asked = (f"--steps {steps}" if args.steps else
+                 f"--epochs {args.epochs} ({steps} steps)" if args.epochs else
+                 f"the default {steps} steps")
+        raise UsageError(f"{asked}: the run in {args.out} has already made {done} "
+                         "updates, so nothing would be trained: ask for more to "
+                         "continue it")
+
+
 # [book/appendix_cli.ipynb, cell f60c6734]
 def _encode(train_pairs, valid_pairs, tokenizer, max_len: int, say):
     """The encoded training and validation pairs; too long pairs are skipped with a
@@ -265,6 +293,8 @@ def _train(args, rank: int, world: int, device: torch.device) -> int:
     steps = args.steps or (math.ceil(args.epochs * updates_per_epoch) if args.epochs
                            else 10000)
     args.warmup = args.warmup or min(4000, max(1, steps // 4))
+    if args.resume:
+        _check_steps(args, steps, checkpoint)
     record = {k: v for k, v in vars(args).items() if k != "func"}
     if rank == 0 and not args.resume:
         _write_run_record(out, {"args": record, "corpus": corpus, "steps": 0})
@@ -293,11 +323,12 @@ def _train(args, rank: int, world: int, device: torch.device) -> int:
                        log_every=every, on_step=progress.on_step,
                        checkpoint_path=str(checkpoint),
                        checkpoint_every=args.checkpoint_every,
-                       resume_from=str(checkpoint) if args.resume else None)
+                       resume_from=str(checkpoint) if args.resume else None,
+                       resume_keys={"corpus": corpus, "batch_tokens": args.batch_tokens,
+                                    "seed": args.seed})
     except KeyboardInterrupt as exc:
-        raise _interrupted(exc, f"after step {scheduler.last_epoch}; {checkpoint} "
-                           "holds the run's last checkpoint: continue it with the "
-                           "same command and --resume") from None
+        raise _interrupted(exc, _where_saved(checkpoint, scheduler.last_epoch,
+                                             args.resume)) from None
     finally:
         progress.close()
     loss = history.loss[-1] if history.loss else None

@@ -1,13 +1,14 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 32c16cca7622f945
+# digest: 2742b35a99655123
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell 5b80d677]
 from __future__ import annotations
 
 import sys
+import unicodedata
 from pathlib import Path
 
 import torch
@@ -83,6 +84,8 @@ def run_translate(args) -> int:
     """``translate``: load the model directory, translate every input line, write one
     line each."""
     options = _sampling_options(args)
+    if not args.output and sys.stdout is None:       # started with >&-
+        raise ValueError("standard output is closed: pass --output FILE")
     if args.threads:
         torch.set_num_threads(args.threads)
     model, tokenizer = load_model_dir(args.model, device_option(args.device))
@@ -96,7 +99,7 @@ def run_translate(args) -> int:
         sampling=args.sample, batch_size=args.batch_size, max_len=args.max_len,
         precision=args.precision,
         on_too_long=_long_line_hook(lines, limit, args.truncate, log_line), **options)
-    text = "".join(t + "\n" for t in translations)
+    text = "".join(_one_line(t) + "\n" for t in translations)
     if args.output:
         try:
             Path(args.output).write_text(text, encoding="utf-8")
@@ -107,6 +110,15 @@ def run_translate(args) -> int:
         sys.stdout.write(text)
         sys.stdout.flush()
     return 0
+
+
+
+def _one_line(text: str) -> str:
+    """``text`` with every control character and line or paragraph separator (a
+    newline, a carriage return, a tab, U+2028...) made a space: one input line gives
+    exactly one output line, whatever the model wrote."""
+    return "".join(" " if unicodedata.category(ch) in ("Cc", "Zl", "Zp") else ch
+                   for ch in text)
 
 
 __all__ = ['run_translate']

@@ -2,7 +2,7 @@
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 36fabc7416802f39
+# digest: cba8d1586e036560
 # fmt: off
 
 # [book/10_training.ipynb, cell f719df39]
@@ -19,6 +19,8 @@ from torch import nn
 # [book/appendix_training_run.ipynb, cell 5dbda8a6]
 import os
 import pickle
+
+from torch.optim.lr_scheduler import LambdaLR
 
 from transformer_lib.training.files import atomic_write
 from transformer_lib.training.distributed import unwrap_model
@@ -212,13 +214,19 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module | None = None,
     file, non-finite weights, a checkpoint of another model (another config, or other
     tensor names or shapes) or a state that does not fit the optimizer, scheduler or
     scaler raise :class:`CheckpointError` naming the file, before ``model`` is
-    changed."""
+    changed.
+
+    A ``LambdaLR`` scheduler keeps its own schedule: the checkpoint gives it the step
+    count, and the optimizer's rate is set from the new schedule at once, so a run
+    resumed with another learning-rate factor or warm-up uses it from its first
+    update."""
     path = os.fspath(path)
     state = _read_checkpoint(path, map_location)
     if model is not None:
         net = unwrap_model(model)
         _check_fits(path, net, state)
         net.load_state_dict(state["model"])
+    base_lrs = list(getattr(scheduler, "base_lrs", []))    # the new schedule's
     parts = {"optimizer": optimizer, "scheduler": scheduler, "scaler": scaler}
     for key, obj in parts.items():
         if obj is not None:
@@ -229,6 +237,8 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module | None = None,
             except (ValueError, KeyError, TypeError, RuntimeError) as exc:
                 raise CheckpointError(f"{path}: its {key} state does not fit this "
                                       f"{key}: {exc}") from None
+    if optimizer is not None and isinstance(scheduler, LambdaLR):
+        _use_schedule(optimizer, scheduler, base_lrs)
     if restore_rng:
         try:
             restore_rng_state(state["rng"])
@@ -236,6 +246,18 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module | None = None,
             raise CheckpointError(f"{path}: its random states cannot be restored: "
                                   f"{exc!r}") from None
     return state
+
+
+
+def _use_schedule(optimizer: Any, scheduler: LambdaLR, base_lrs: list[float]) -> None:
+    """Set each parameter group's rate from ``scheduler``'s own functions at its
+    (loaded) step, on ``base_lrs``: the rate a new schedule gives the next update. With
+    the checkpoint's schedule unchanged this is the rate the checkpoint holds."""
+    scheduler.base_lrs = base_lrs
+    for group, base, rate in zip(optimizer.param_groups, base_lrs,
+                                 scheduler.lr_lambdas):
+        group["initial_lr"] = base
+        group["lr"] = base * rate(scheduler.last_epoch)
 
 
 __all__ = [

@@ -1,7 +1,7 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: ffc807c340d7a7c6
+# digest: 92c8666d19a04b2b
 # fmt: off
 
 # [book/10_training.ipynb, cell 18265bcd]
@@ -58,7 +58,10 @@ class TrainConfig:
     Ctrl-C and SIGTERM write one of the last finished update, then go on to their
     previous handler; ``resume_from`` (if the file exists) continues a run exactly, and
     refuses a checkpoint of another model, of a loader with another number of batches
-    per epoch or of another number of processes (:class:`CheckpointError`)."""
+    per epoch, of another ``accum_steps`` or number of processes, or whose
+    ``resume_keys`` differ (:class:`CheckpointError`). ``resume_keys``: plain values a
+    resumed run must keep (a digest of the data, the batch size, a seed), written into
+    every checkpoint."""
 
     steps: int
     val_loader: Iterable | None = None
@@ -74,6 +77,7 @@ class TrainConfig:
     resume_from: str | os.PathLike | None = None
     progress: bool = True
     on_step: Callable[[int, dict | None], None] | None = None
+    resume_keys: dict | None = None
 
     def __post_init__(self) -> None:
         self.steps = check_int(self.steps, "steps", minimum=0)
@@ -86,6 +90,8 @@ class TrainConfig:
         amp_dtype(self.amp, "amp")                   # a ValueError names a bad amp
         if self.on_step is not None and not callable(self.on_step):
             raise TypeError(f"on_step must be callable, got {self.on_step!r}")
+        if self.resume_keys is not None and not isinstance(self.resume_keys, dict):
+            raise TypeError(f"resume_keys must be a dict, got {self.resume_keys!r}")
 
     def due(self, every: int, step: int) -> bool:
         """Whether a task done every ``every`` steps falls after update ``step``."""

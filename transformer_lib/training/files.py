@@ -1,24 +1,29 @@
 """Generated from book/appendix_training_run.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: c82b57e102704902
+# digest: 9f2769ced98ab2b3
 # fmt: off
 
 # [book/appendix_training_run.ipynb, cell 952841c8]
 from __future__ import annotations
 
+import errno
 import os
 import re
+import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 
 def remove_stale_temporaries(path: str | os.PathLike) -> None:
-    """Delete the temporary files ``<path>.tmp<pid>`` that a killed write left
-    behind (those of a process that is still running are left alone)."""
+    """Delete the temporaries ``<path>.tmp<pid>[.<random>]`` (files, or the private
+    folders of :func:`atomic_write`) that a killed write left behind; those of a
+    process that is still running are left alone, and a link is removed, never
+    followed."""
     folder, name = os.path.split(os.path.abspath(path))
     for entry in os.listdir(folder):
-        match = re.fullmatch(re.escape(name) + r"\.tmp(\d+)", entry)
+        match = re.fullmatch(re.escape(name) + r"\.tmp(\d+)(\.\w+)?", entry)
         if match is None or os.name != "posix":
             continue
         try:
@@ -28,34 +33,70 @@ def remove_stale_temporaries(path: str | os.PathLike) -> None:
             pass
         except (PermissionError, OverflowError):
             continue
+        where = os.path.join(folder, entry)
         try:
-            os.remove(os.path.join(folder, entry))
+            if os.path.isdir(where) and not os.path.islink(where):
+                shutil.rmtree(where)
+            else:
+                os.remove(where)
         except OSError:
             pass
+
+
+# [book/appendix_training_run.ipynb, cell b5db4adf]
+def write_failed(path: Path, exc: BaseException, written: int = 0) -> OSError:
+    """The one-line error of a write that failed: it names the file, says why (a full
+    disk and a file-size limit say what to do; torch's own text for them, about an
+    "unexpected pos", is not repeated) and that the file was left as it was."""
+    reason = getattr(exc, "strerror", None) or (
+        f"the write stopped after {written:,} bytes" if isinstance(exc, RuntimeError)
+        else " ".join(str(exc).split())[:160])
+    full = isinstance(exc, RuntimeError) or getattr(exc, "errno", None) in (
+        errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC))
+    hint = ("is the disk full, or a file-size limit reached? Free some space and try "
+            "again; " if full else "")
+    return OSError(f"{path}: could not write it ({reason or type(exc).__name__}); "
+                   f"{hint}the file at {path} was left as it was")
+
+
+def current_umask() -> int:
+    """The process's umask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write(path: str | os.PathLike,
                  data: str | bytes | Callable[[str], object]) -> Path:
     """Write ``data`` (text as UTF-8, bytes, or a function that writes the file whose
-    name it is given) to ``path`` atomically: into ``<path>.tmp<pid>`` in the same
-    directory, flushed to disk, then renamed over ``path``. A write that fails or is
-    killed leaves the old file whole; temporary files of killed writes are removed by
-    the next write."""
+    name it is given) to ``path`` atomically: into a new private folder
+    ``<path>.tmp<pid>.<random>`` beside it (made exclusively, so no planted file or
+    link is ever written through), flushed to disk, given the permissions a new file
+    gets (the umask), then renamed over ``path``. A write that fails or is killed leaves
+    the old file whole, and a failure is one ``OSError`` naming ``path``; temporaries
+    of killed writes are removed by the next write."""
     path = Path(path)
     remove_stale_temporaries(path)
-    tmp = f"{path}.tmp{os.getpid()}"
+    folder, tmp = None, ""
     try:
+        folder = tempfile.mkdtemp(prefix=f"{path.name}.tmp{os.getpid()}.",
+                                  dir=path.parent)
+        tmp = os.path.join(folder, path.name)
         if callable(data):
             data(tmp)
         else:
-            with open(tmp, "wb") as f:
+            with open(tmp, "xb") as f:
                 f.write(data.encode("utf-8") if isinstance(data, str) else data)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~current_umask())   # as open() would (0600 otherwise)
         os.replace(tmp, path)              # atomic: the old file or the new, not half
+    except (OSError, RuntimeError) as exc:           # torch.save's errors are these
+        written = os.path.getsize(tmp) if os.path.isfile(tmp) else 0
+        raise write_failed(path, exc, written) from None
     finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
     return path
 
 

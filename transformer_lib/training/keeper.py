@@ -2,7 +2,7 @@
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 05358d78acf1b9e6
+# digest: 98bb36a212d0a2d6
 # fmt: off
 
 # [book/10_training.ipynb, cell 1ae85b79]
@@ -74,6 +74,7 @@ class FileKeeper(Keeper):
     def __init__(self, run: Run):
         self.run = run
         self.saved_step: int | None = None           # the step of the last checkpoint
+        self.first_save = False                      # the step-0 checkpoint is due
         self.interrupts = Interrupts(bool(run.config.checkpoint_path))
 
     @property
@@ -82,9 +83,10 @@ class FileKeeper(Keeper):
 
     def start(self, losses: LossLog) -> RunPosition:
         pos = self.resume()
-        if pos.step == 0 and self.run.config.checkpoint_path:  # resumable from step 0
+        # resumable from step 0: the guard writes that checkpoint, with signals noted
+        self.first_save = pos.step == 0 and bool(self.run.config.checkpoint_path)
+        if self.first_save:
             pos.epoch_rng = capture_rng_state()      # (what the epoch would record)
-            self.save(pos, losses)
         return pos
 
     def after_update(self, pos: RunPosition, losses: LossLog) -> None:
@@ -104,6 +106,8 @@ class FileKeeper(Keeper):
         that step; a non-finite run says which checkpoint still holds a good state."""
         with self.interrupts:
             try:
+                if self.first_save:                  # a Ctrl-C here waits for it
+                    self.save(pos, losses)
                 yield
             except KeyboardInterrupt:                # between two updates: save
                 if self.run.config.checkpoint_path and not self.run.busy:
@@ -141,12 +145,16 @@ class FileKeeper(Keeper):
             save_checkpoint(path, run.net, run.optimizer, run.scheduler, run.scaler,
                             pos.step, epoch=pos.epoch, in_epoch=pos.in_epoch,
                             epoch_rng=pos.epoch_rng,
-                            batches_per_epoch=run.epoch_length, ranks=ranks)
+                            batches_per_epoch=run.epoch_length, ranks=ranks,
+                            accum_steps=run.config.accum_steps,
+                            resume_keys=run.config.resume_keys)
             self.saved_step = pos.step
         if barrier and is_distributed():
             torch.distributed.barrier()
 
-    # [book/appendix_training_run.ipynb, cell 55eaff00]
+
+# [book/appendix_training_run.ipynb, cell 55eaff00]
+class FileKeeper(FileKeeper):
     def resume(self) -> RunPosition:
         """The position in ``resume_from`` with every state loaded, or the start (no
         file). Everything is checked before anything is loaded."""
@@ -158,15 +166,36 @@ class FileKeeper(Keeper):
             position = RunPosition.from_checkpoint(state, rank(), world_size())
         except CheckpointError as exc:
             raise CheckpointError(f"{os.fspath(path)}: {exc}") from None
-        saved, here = state["extra"].get("batches_per_epoch"), run.epoch_length
+        extra, steps = state["extra"], run.config.steps
+        saved, here = extra.get("batches_per_epoch"), run.epoch_length
         if saved is not None and here is not None and saved != here:
             raise CheckpointError(
                 f"{os.fspath(path)}: the run was saved with {saved} batches per epoch, "
                 f"this train_loader gives {here} (other data, another batch size or "
                 "another number of processes): it cannot be resumed exactly")
+        _check_kept(path, extra, run.config.accum_steps, run.config.resume_keys)
+        if position.step > steps:
+            raise CheckpointError(f"{os.fspath(path)}: the run has already made "
+                                  f"{position.step} updates, more than steps={steps}: "
+                                  "ask for more steps to continue it")
         load_checkpoint(path, run.net, run.optimizer, run.scheduler, run.scaler,
                         map_location=run.device)
         return position
+
+
+def _check_kept(path: Any, extra: dict, accum_steps: int,
+                keys: dict | None) -> None:
+    """Refuse a resume that changes what the checkpoint says a run must keep: its
+    ``accum_steps`` and its ``resume_keys`` (checkpoints older than these pass)."""
+    kept = dict(extra.get("resume_keys") or {})
+    if "accum_steps" in extra:
+        kept["accum_steps"] = extra["accum_steps"]
+    here = {**(keys or {}), "accum_steps": accum_steps}
+    for name in sorted(kept.keys() & here.keys()):
+        if kept[name] != here[name]:
+            raise CheckpointError(
+                f"{os.fspath(path)}: the run was saved with {name}={kept[name]!r}, "
+                f"this one has {name}={here[name]!r}: resume it with the same")
 
 
 __all__ = []

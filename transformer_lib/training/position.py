@@ -2,7 +2,7 @@
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: f2e26077e6d12920
+# digest: f06a2bf34a6ab3e5
 # fmt: off
 
 # [book/10_training.ipynb, cell dfe2009d]
@@ -79,7 +79,8 @@ def epoch_batches(loader: Iterable, position: RunPosition) -> Iterator:
                 "epoch (other data or another batch size than the run that was "
                 "saved?)")
     if position.resume_rng is not None:              # ... and go on from the stop
-        restore_rng_state(position.resume_rng)
+        if position.in_epoch > 0:     # (at an epoch's start, the replayed shuffle is it)
+            restore_rng_state(position.resume_rng)
         position.resume_rng = None
     return batches
 
