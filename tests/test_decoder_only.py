@@ -218,3 +218,26 @@ def test_eps_must_be_positive_as_in_the_encoder_decoder_config():
         with pytest.raises(ValueError, match="eps"):
             DecoderOnlyConfig(40, d_model=32, n_heads=4, eps=eps)
     assert DecoderOnlyConfig(40, d_model=32, n_heads=4, eps=1e-5).eps == 1e-5
+
+
+@pytest.mark.parametrize("config", [dict(vocab_size=V), tl.TransformerConfig(V, V), None])
+def test_a_config_that_is_not_a_decoder_only_config_is_named(config):
+    """N18: DecoderOnlyLM(dict) raised AttributeError: 'dict' object has no attribute 'embed_scale'."""
+    with pytest.raises(TypeError, match=r"^config must be a DecoderOnlyConfig") as err:
+        DecoderOnlyLM(config)
+    assert type(config).__name__ in str(err.value) and "\n" not in str(err.value)
+
+
+def test_forward_names_src_and_tgt_in_and_their_batch_sizes():
+    """N28b: different batch sizes gave torch.cat's 'Sizes of tensors must match'; tgt_in's bad ids were
+    called 'ids'."""
+    model = _model(0)
+    src, tgt_in = torch.randint(3, V, (2, 5)), torch.randint(3, V, (1, 4))
+    with pytest.raises(ValueError, match=r"^src and tgt_in must have the same batch size, got 2 and 1$"):
+        model(src, tgt_in)
+    with pytest.raises(ValueError, match=r"^tgt_in must be a \(B, T\) tensor of token ids"):
+        model(src, torch.rand(2, 4))
+    with pytest.raises(ValueError, match=r"^tgt_in holds ids outside \[0, 20\)"):
+        model(src, torch.full((2, 4), V))
+    with pytest.raises(ValueError, match=r"^src must be a \(B, S\) tensor of token ids"):
+        model(torch.arange(5), tgt_in)

@@ -105,3 +105,19 @@ def test_dry_run_passes_and_records(tmp_path):
     for section in range(1, 7):
         assert f"## {section}. " in text
     assert "skipped (needs CUDA)" in text and "# all checks passed except" in text
+
+
+@pytest.mark.parametrize("option, value, expected", [
+    ("--steps", "0", "an int >= 2"), ("--steps", "-5", "an int >= 2"), ("--steps", "1", "an int >= 2"),
+    ("--steps", "abc", "expected int, got 'abc'"), ("--threads", "-1", "an int >= 0"),
+    ("--peak-tflops", "0", "a finite number > 0"), ("--peak-tflops", "nan", "a finite number > 0"),
+    ("--peak-tflops", "-3", "a finite number > 0")])
+def test_bad_numbers_are_one_line_usage_errors(capsys, option, value, expected):
+    """N88, N89: `--dry-run --steps 0` ended in an IndexError traceback and `--steps -5` in a ValueError one
+    (after the tokenizer was trained); every numeric option is now checked by argparse: rc 2, one line."""
+    with pytest.raises(SystemExit) as done:
+        gpu_check.main(["--dry-run", option, value])
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gpu_check.py: error: argument " + option), err
+    assert expected in err, err

@@ -106,13 +106,14 @@ def test_per_sequence_positions_rotate_each_row_at_its_own():
 
 
 @pytest.mark.parametrize("layout", ["interleaved", "half"])
-def test_rotary_embedding_equals_apply_rotary_and_grows(layout):
+def test_rotary_embedding_equals_apply_rotary_within_and_beyond_its_tables(layout):
     torch.manual_seed(0)
     rope = RotaryEmbedding(8, max_len=4, layout=layout)
     x = torch.randn(2, 3, 6, 8)
-    for pos in (torch.arange(6), torch.tensor([[0, 1, 2, 3, 4, 5], [7, 8, 9, 10, 11, 900]])):
+    for pos in (torch.arange(6), torch.tensor([[0, 1, 2, 3, 4, 5], [7, 8, 9, 10, 11, 900]]),
+                torch.tensor([[0, 1, 2, 3, 2, 1], [3, 2, 1, 0, 1, 2]])):
         assert torch.equal(rope(x, pos), apply_rotary(x, pos, layout=layout))
-    assert rope.cos.size(0) >= 901
+    assert rope.cos.size(0) == 4                                  # beyond the tables: computed, not stored
     assert "cos" not in rope.state_dict()                         # tables are not saved
     f = rope.rotation(torch.arange(6))                            # looked up once, applied to q and k
     assert torch.equal(f(x), rope(x, torch.arange(6)))
@@ -146,6 +147,19 @@ def test_a_cached_step_rotates_the_new_key_at_its_own_position():
 def test_bad_input_is_named(args, word):
     with pytest.raises(ValueError, match=word):
         apply_rotary(*args)
+
+
+@pytest.mark.parametrize("far", [10**5, 10**9, 2**62])
+def test_a_far_position_is_computed_without_growing_the_tables(far):
+    """G24: a position of 10^9 grew the tables to 10^9 rows (8 GB); beyond the tables the angles of the given
+    positions only are computed, so memory follows the input, not the largest position."""
+    torch.manual_seed(0)
+    rope = RotaryEmbedding(8, max_len=16)
+    x = torch.randn(2, 3, 3, 8)
+    pos = torch.tensor([0, 5, far])
+    assert torch.equal(rope(x, pos), apply_rotary(x, pos))
+    assert rope.cos.size(0) == rope.sin.size(0) == 16
+    assert torch.equal(rope(x, torch.arange(3)), apply_rotary(x, torch.arange(3)))   # the tables still serve
 
 
 def test_bad_module_arguments_are_named():

@@ -1,7 +1,7 @@
 """Generated from book/13_modern.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: c0793c4998fc663f
+# digest: f3aaaef359395f77
 # fmt: off
 
 # [book/13_modern.ipynb, cell 96baa493]
@@ -172,6 +172,10 @@ class DecoderOnlyLM(nn.Module):
 
     def __init__(self, config: DecoderOnlyConfig):
         super().__init__()
+        if not isinstance(config, DecoderOnlyConfig):
+            raise TypeError("config must be a DecoderOnlyConfig "
+                            "(DecoderOnlyConfig(**d) builds one from a dict d), "
+                            f"got a {type(config).__name__}")
         c = self.config = config
         self.embed: nn.Embedding | TokenEmbedding               # (B, L) -> (B, L, d)
         if c.embed_scale:
@@ -227,11 +231,11 @@ class DecoderOnlyLM(nn.Module):
             return F.linear(h, self.embed.weight)
         return self.lm_head(h)
 
-    def _check(self, ids: torch.Tensor, name: str) -> None:
+    def _check(self, ids: torch.Tensor, name: str, shape: str = "(B, L)") -> None:
         V = self.config.vocab_size
         if (not isinstance(ids, torch.Tensor) or ids.dim() != 2
                 or ids.dtype.is_floating_point or ids.dtype == torch.bool):
-            raise ValueError(f"{name} must be a (B, L) tensor of token ids")
+            raise ValueError(f"{name} must be a {shape} tensor of token ids")
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= V):
             raise ValueError(f"{name} holds ids outside [0, {V})")
 
@@ -240,7 +244,10 @@ class DecoderOnlyLM(nn.Module):
         (all by default); pad tokens are never attended; the first ``prefix``
         positions attend to each other both ways (a prefix LM)."""
         self._check(ids, "ids")
-        real = ids != self.config.pad_id
+        return self._lm(ids, first, prefix)
+
+    def _lm(self, ids: torch.Tensor, first: int, prefix: int) -> torch.Tensor:
+        real = ids != self.config.pad_id              # ids checked by the caller
         h = self.hidden(ids, lm_positions(real), lm_mask(real, ids.size(1), prefix))
         return self.logits(h[:, first:])              # no logits for unused positions
 
@@ -248,10 +255,14 @@ class DecoderOnlyLM(nn.Module):
         """src (B, S), tgt_in (B, T) starting with bos -> logits (B, T, V) of the
         target positions of the sequence src ‖ tgt_in; with ``prefix_lm`` the source
         positions attend to the whole source."""
-        self._check(src, "src")
+        self._check(src, "src", "(B, S)")
+        self._check(tgt_in, "tgt_in", "(B, T)")
+        if src.size(0) != tgt_in.size(0):
+            raise ValueError(f"src and tgt_in must have the same batch size, got "
+                             f"{src.size(0)} and {tgt_in.size(0)}")
         S = src.size(1)
-        return self.lm(torch.cat([src, tgt_in], dim=1), first=S,
-                       prefix=S if self.config.prefix_lm else 0)
+        return self._lm(torch.cat([src, tgt_in], dim=1), first=S,
+                        prefix=S if self.config.prefix_lm else 0)
 
     # [book/13_modern.ipynb, cell 454a3d92]
     def stepper(self, prompt: torch.Tensor,

@@ -1,7 +1,7 @@
 """Generated from book/13_modern.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 28a1e6e29142021d
+# digest: 15bf0ba31d0c6a86
 # fmt: off
 
 # [book/13_modern.ipynb, cell 59159325]
@@ -91,8 +91,10 @@ def apply_rotary(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0
 class RotaryEmbedding(nn.Module):
     """RoPE as a module that keeps its cos/sin tables: ``rope(x, positions)`` equals
     ``apply_rotary(x, positions, base, layout)``. The tables cover positions below
-    ``max_len`` and grow (doubling) when a larger position comes; they are buffers
-    that are not saved (``persistent=False``), so they follow ``.to(device)``."""
+    ``max_len``; beyond them the angles of the given positions only are computed, and
+    the tables never grow, so memory follows the input, not the largest position.
+    They are buffers that are not saved (``persistent=False``) and follow
+    ``.to(device)``."""
 
     cos: torch.Tensor
     sin: torch.Tensor
@@ -107,11 +109,8 @@ class RotaryEmbedding(nn.Module):
         self.base = check_float(base, "base", 1.0, low_open=True)
         self.register_buffer("inv_freq", rotary_frequencies(head_dim, base),
                              persistent=False)
-        self._build(check_int(max_len, "max_len"))
-
-    def _build(self, n: int) -> None:
-        pos = torch.arange(n, device=self.inv_freq.device).float()
-        angles = pos[:, None] * self.inv_freq                  # (n, d/2)
+        pos = torch.arange(check_int(max_len, "max_len")).float()
+        angles = pos[:, None] * self.inv_freq                  # (max_len, d/2)
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
 
@@ -125,10 +124,12 @@ class RotaryEmbedding(nn.Module):
         if positions.numel() and int(positions.min()) < 0:   # one host-device sync
             raise ValueError("positions must be >= 0")
         top = int(positions.max()) + 1 if positions.numel() else 0
-        if top > self.cos.size(0):                             # grow the tables
-            self._build(max(top, 2 * self.cos.size(0)))
         positions = positions.to(self.cos.device)
-        cos, sin = self.cos[positions], self.sin[positions]    # (…, L, d/2)
+        if top <= self.cos.size(0):
+            cos, sin = self.cos[positions], self.sin[positions]    # (…, L, d/2)
+        else:                      # beyond the tables: these positions' angles only
+            angles = positions.float()[..., None] * self.inv_freq
+            cos, sin = angles.cos(), angles.sin()
 
         def rotate_at(x: torch.Tensor) -> torch.Tensor:
             _check_positions(x, positions)
