@@ -2,7 +2,7 @@
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: cba8d1586e036560
+# digest: 9f528f6710aab21f
 # fmt: off
 
 # [book/10_training.ipynb, cell f719df39]
@@ -249,7 +249,8 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module | None = None,
 
 
 
-def _use_schedule(optimizer: Any, scheduler: LambdaLR, base_lrs: list[float]) -> None:
+def _use_schedule(optimizer: Any, scheduler: LambdaLR,
+                  base_lrs: list[Any]) -> None:
     """Set each parameter group's rate from ``scheduler``'s own functions at its
     (loaded) step, on ``base_lrs``: the rate a new schedule gives the next update. With
     the checkpoint's schedule unchanged this is the rate the checkpoint holds."""

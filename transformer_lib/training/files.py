@@ -1,7 +1,7 @@
 """Generated from book/appendix_training_run.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 9f2769ced98ab2b3
+# digest: 624c2b8e4b1ed2e8
 # fmt: off
 
 # [book/appendix_training_run.ipynb, cell 952841c8]
@@ -53,8 +53,12 @@ def write_failed(path: Path, exc: BaseException, written: int = 0) -> OSError:
         else " ".join(str(exc).split())[:160])
     full = isinstance(exc, RuntimeError) or getattr(exc, "errno", None) in (
         errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC))
-    hint = ("is the disk full, or a file-size limit reached? Free some space and try "
-            "again; " if full else "")
+    size = path.stat().st_size if path.is_file() else 0    # the file it replaces
+    amount = (f"{size / 1e6:.1f} MB" if size >= 1e6
+              else f"{max(1, round(size / 1e3))} kB")
+    need = f" (about {amount}, the size of the file now there)" if size else ""
+    hint = (f"is the disk full, or a file-size limit reached? Free some space{need} "
+            "and try again; " if full else "")
     return OSError(f"{path}: could not write it ({reason or type(exc).__name__}); "
                    f"{hint}the file at {path} was left as it was")
 

@@ -2,7 +2,7 @@
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 98bb36a212d0a2d6
+# digest: 68b0e41daa4c369c
 # fmt: off
 
 # [book/10_training.ipynb, cell 1ae85b79]
@@ -152,9 +152,7 @@ class FileKeeper(Keeper):
         if barrier and is_distributed():
             torch.distributed.barrier()
 
-
-# [book/appendix_training_run.ipynb, cell 55eaff00]
-class FileKeeper(FileKeeper):
+    # [book/appendix_training_run.ipynb, cell 55eaff00]
     def resume(self) -> RunPosition:
         """The position in ``resume_from`` with every state loaded, or the start (no
         file). Everything is checked before anything is loaded."""
@@ -183,6 +181,7 @@ class FileKeeper(FileKeeper):
         return position
 
 
+# [book/appendix_training_run.ipynb, cell 0da90f8d]
 def _check_kept(path: Any, extra: dict, accum_steps: int,
                 keys: dict | None) -> None:
     """Refuse a resume that changes what the checkpoint says a run must keep: its

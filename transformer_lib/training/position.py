@@ -2,7 +2,7 @@
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: f06a2bf34a6ab3e5
+# digest: ed69d4c6ba30dcb7
 # fmt: off
 
 # [book/10_training.ipynb, cell dfe2009d]
@@ -79,7 +79,7 @@ def epoch_batches(loader: Iterable, position: RunPosition) -> Iterator:
                 "epoch (other data or another batch size than the run that was "
                 "saved?)")
     if position.resume_rng is not None:              # ... and go on from the stop
-        if position.in_epoch > 0:     # (at an epoch's start, the replayed shuffle is it)
+        if position.in_epoch > 0:    # (at an epoch's start the replayed shuffle is it)
             restore_rng_state(position.resume_rng)
         position.resume_rng = None
     return batches
