@@ -203,3 +203,20 @@ def test_under_torchrun_an_error_is_printed_once_and_torchruns_report_carries_it
     assert printed.splitlines().count(line) == 1, printed              # rank 0 alone prints it
     assert printed.count(f"traceback : {line}") == 2, printed          # each process's error record
     assert "To enable traceback" not in printed
+
+
+# ---------------------------------------------------------------- sizes
+@pytest.mark.parametrize("options, needle", [
+    (["--max-len", "1000000000"], "most of it in the positional table: max_len=1000000000"),
+    (["--d-model", "65536", "--n-heads", "1"], "d_model=65536"),
+])
+def test_a_new_run_too_large_for_the_machine_is_refused_before_the_corpus_is_read(tmp_path, capsys, monkeypatch,
+                                                                                 options, needle):
+    import transformer_lib.model_size as model_size
+
+    monkeypatch.setattr(model_size, "machine_memory_bytes", lambda: 64 * 2 ** 30)     # any machine of 64 GB
+    argv = ["train", "--train", str(tmp_path / "not-read.tsv"), "--out", str(tmp_path / "m"), *options]
+    assert _status(argv) == 2
+    err = _one_error_line(capsys)
+    assert "does not fit in this machine's" in err and needle in err and "not-read.tsv" not in err
+    assert not (tmp_path / "m").exists()

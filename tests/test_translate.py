@@ -448,3 +448,12 @@ def test_a_tokenizer_path_that_links_out_of_the_model_directory_is_refused(model
     (d / TOKENIZER_KIND_FILE).write_text('{"kind": "bpe", "path": "tok.json"}')
     with pytest.raises(ModelDirError, match="must lie inside the model directory"):
         load_model_dir(d, "cpu")
+
+
+def test_a_damaged_tokenizer_named_by_its_record_is_named_once(model_dir, tmp_path):
+    d = _copy(model_dir, tmp_path / "m")
+    (d / TOKENIZER_KIND_FILE).write_text('{"kind": "bpe", "path": "tokenizer.json"}')
+    (d / TOKENIZER_FILE).write_text("[]")
+    with pytest.raises(ModelDirError) as info:
+        load_model_dir(d, "cpu")
+    assert str(info.value).count(str(d / TOKENIZER_FILE)) == 1, str(info.value)

@@ -1,7 +1,7 @@
 """Generated from book/appendix_marian.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: a2f494cf2dd3eba2
+# digest: d72ff51a78bc5c57
 # fmt: off
 
 # [book/appendix_marian.ipynb, cell 355b3753]
@@ -16,7 +16,11 @@ import torch
 from safetensors.torch import load_model, save_model
 
 from transformer_lib.checks import resolve_device
+from transformer_lib.marian_files import WEIGHTS_FILES, check_tokenizer_files
+from transformer_lib.marian_files import first_line, load_marian_checked
+from transformer_lib.marian_files import read_json_object
 from transformer_lib.model import Transformer, TransformerConfig
+from transformer_lib.model_size import check_model_fits
 from transformer_lib.training.files import atomic_write
 from transformer_lib.translation.model_dir import (CONFIG_FILE, TOKENIZER_KIND_FILE,
                                                    WEIGHTS_FILE, ModelDirError)
@@ -30,15 +34,10 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a is b or (a.shape == b.shape and bool(torch.equal(a, b)))
 
 
-def marian_config(hf_model: Any) -> TransformerConfig:
-    """The :class:`~transformer_lib.model.TransformerConfig` of a ``transformers``
-    ``MarianMTModel``: sizes, ids, ``positional_layout="half"``, ``output_bias=True``,
-    ``final_norm=False``; shared and tied embeddings as the model has them. A choice the
-    book's model cannot reproduce raises a ValueError that names it."""
-    c: Any = getattr(hf_model, "config", None)
-    if getattr(c, "model_type", None) != "marian" or not hasattr(hf_model, "lm_head"):
-        raise TypeError(f"hf_model must be a transformers MarianMTModel, got "
-                        f"{type(hf_model).__name__}")
+def _marian_fields(c: Any, src_vocab: int, tgt_vocab: int, tie: bool,
+                   share: bool) -> TransformerConfig:
+    """The TransformerConfig of the MarianConfig ``c``, given the vocabularies' sizes
+    and ties (a model has them in its weights, a config.json in its fields)."""
     if c.encoder_attention_heads != c.decoder_attention_heads:
         raise ValueError(f"encoder_attention_heads ({c.encoder_attention_heads}) != "
                          f"decoder_attention_heads ({c.decoder_attention_heads})")
@@ -51,18 +50,34 @@ def marian_config(hf_model: Any) -> TransformerConfig:
     if c.activation_function not in MARIAN_ACTIVATIONS:
         raise ValueError(f"activation_function {c.activation_function!r} is not one of "
                          f"{sorted(MARIAN_ACTIVATIONS)}")
-    enc = hf_model.model.encoder.embed_tokens.weight
-    dec = hf_model.model.decoder.embed_tokens.weight
     return TransformerConfig(
-        src_vocab_size=enc.size(0), tgt_vocab_size=dec.size(0), d_model=c.d_model,
+        src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab, d_model=c.d_model,
         n_heads=c.encoder_attention_heads, n_encoder_layers=c.encoder_layers,
         n_decoder_layers=c.decoder_layers, d_ff=c.encoder_ffn_dim, dropout=c.dropout,
         activation=MARIAN_ACTIVATIONS[c.activation_function], eps=1e-5,
         max_len=c.max_position_embeddings, pad_id=c.pad_token_id,
-        bos_id=c.decoder_start_token_id, eos_id=c.eos_token_id,
-        tie_output=_same(hf_model.lm_head.weight, dec),
-        share_embeddings=_same(enc, dec), final_norm=False, positional_layout="half",
+        bos_id=c.decoder_start_token_id, eos_id=c.eos_token_id, tie_output=tie,
+        share_embeddings=share, final_norm=False, positional_layout="half",
         output_bias=True)
+
+
+def marian_config(hf_model: Any) -> TransformerConfig:
+    """The :class:`~transformer_lib.model.TransformerConfig` of a ``transformers``
+    ``MarianMTModel``: sizes, ids, ``positional_layout="half"``, ``output_bias=True``,
+    ``final_norm=False``; shared and tied embeddings as the model has them. A choice the
+    book's model cannot reproduce raises a ValueError that names it."""
+    c: Any = getattr(hf_model, "config", None)
+    if getattr(c, "model_type", None) != "marian" or not hasattr(hf_model, "lm_head"):
+        kind = type(hf_model)
+        got = f"{kind.__module__}.{kind.__qualname__} " + (
+            "without a config" if c is None else
+            f"with config.model_type {getattr(c, 'model_type', None)!r}")
+        raise TypeError("hf_model must be a transformers MarianMTModel (config."
+                        f"model_type 'marian', a prediction head), got {got}")
+    enc = hf_model.model.encoder.embed_tokens.weight
+    dec = hf_model.model.decoder.embed_tokens.weight
+    return _marian_fields(c, enc.size(0), dec.size(0), share=_same(enc, dec),
+                          tie=_same(hf_model.lm_head.weight, dec))
 
 
 # [book/appendix_marian.ipynb, cell 4b2c440c]
@@ -184,15 +199,23 @@ class MarianTokenizerAdapter:
         self.hf.save_pretrained(str(path))
         return Path(path)
 
+    # [book/appendix_marian.ipynb, cell ff9cbcfd]
     @classmethod
     def load(cls, path) -> MarianTokenizerAdapter:
-        """Read a directory written by :meth:`save` (or by ``save_pretrained``)."""
+        """Read a directory written by :meth:`save` (or by ``save_pretrained``). A
+        missing or damaged file raises an OSError or a ValueError that names it."""
         from transformers import MarianTokenizer
-        if not Path(path).is_dir():
+        path = Path(path)
+        if not path.is_dir():
             raise FileNotFoundError(f"{path}: no Marian tokenizer directory")
-        with warnings.catch_warnings():          # sacremoses: only for other languages
-            warnings.filterwarnings("ignore", message="Recommended: pip install sacre")
-            hf = MarianTokenizer.from_pretrained(str(path), local_files_only=True)
+        check_tokenizer_files(path, "tokenizer")
+        try:
+            with warnings.catch_warnings():      # sacremoses: for other languages
+                warnings.filterwarnings("ignore", message="Recommended: pip install")
+                hf = MarianTokenizer.from_pretrained(str(path), local_files_only=True)
+        except (OSError, RuntimeError, ValueError, TypeError, KeyError) as exc:
+            raise ValueError(f"{path}: damaged Marian tokenizer files "
+                             f"({first_line(exc)})") from None
         return cls(hf)
 
 
@@ -220,25 +243,67 @@ def save_marian_dir(path, model: Transformer,
 
 def load_marian_dir(path, device=None) -> tuple[Transformer, MarianTokenizerAdapter]:
     """Read a directory written by :func:`save_marian_dir` -> (model in eval mode on
-    ``device``, default: a GPU when there is one; tokenizer)."""
+    ``device``, default: a GPU when there is one; tokenizer). A damaged config.json, or
+    one that describes a model larger than this machine's memory, raises a ValueError
+    that names it."""
     path = Path(path)
     if not (path / CONFIG_FILE).is_file():
         raise ModelDirError(f"{path}: not a model directory (no {CONFIG_FILE})")
-    config = TransformerConfig.from_dict(
-        json.loads((path / CONFIG_FILE).read_text(encoding="utf-8")))
+    file = path / CONFIG_FILE
+    data = read_json_object(file)
+    try:
+        config = TransformerConfig.from_dict(data)
+    except (TypeError, ValueError) as exc:
+        raise ModelDirError(f"{file}: not a valid model configuration "
+                            f"({first_line(exc)})") from None
+    check_model_fits(config, str(file))          # before anything is allocated
     tokenizer = MarianTokenizerAdapter.load(path / MARIAN_TOKENIZER_DIR)
     model = Transformer(config)
     load_model(model, str(path / WEIGHTS_FILE), strict=True)
     return model.to(resolve_device(device)).eval(), tokenizer
 
 
+# [book/appendix_marian.ipynb, cell 607fce2f]
+def _check_marian_source(src: Path) -> Path:
+    """Check the Marian directory ``src`` before anything is loaded: its config.json
+    (a Marian model that the book's Transformer can hold and this machine's memory
+    too), its tokenizer's files, a weights file. Returns the weights file."""
+    from transformers import MarianConfig
+    file = src / CONFIG_FILE
+    if not file.is_file():
+        raise FileNotFoundError(f"{src}: not a Marian model directory (no "
+                                f"{CONFIG_FILE})")
+    data = read_json_object(file)
+    if data.get("model_type") != "marian":
+        raise ValueError(f"{src}: not a Marian model directory ({CONFIG_FILE} says "
+                         f"model_type {data.get('model_type')!r})")
+    try:
+        c = MarianConfig.from_dict(data)
+        config = _marian_fields(c, c.vocab_size, c.decoder_vocab_size or c.vocab_size,
+                                tie=bool(c.tie_word_embeddings),
+                                share=bool(c.share_encoder_decoder_embeddings))
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:
+        raise ValueError(f"{file}: not a model the book's Transformer can hold "
+                         f"({first_line(exc)})") from None
+    check_model_fits(config, str(file))
+    check_tokenizer_files(src, "model")
+    for name in WEIGHTS_FILES:
+        if (src / name).is_file():
+            return src / name
+    raise FileNotFoundError(f"{src}: no weights file ({WEIGHTS_FILES[0]} or "
+                            f"{WEIGHTS_FILES[2]})")
+
+
+# [book/appendix_marian.ipynb, cell 6e0afbdf]
 def convert_marian(src, out) -> Path:
     """The ``convert-marian`` command: the Marian directory ``src`` (as
     ``save_pretrained`` writes it) -> the model directory ``out`` (new or empty), read
-    by :func:`load_marian_dir`. Reads local files only."""
+    by :func:`load_marian_dir`. Reads local files only, and checks them all before it
+    writes anything: what is missing, damaged, unsafe or not what ``config.json``
+    describes raises an OSError or a ValueError whose one line names the file."""
     try:
-        from transformers import MarianMTModel
-        from transformers.utils import logging as hf_logging
+        import sentencepiece  # noqa: F401
+        import transformers  # noqa: F401
     except ImportError:
         raise RuntimeError("convert-marian needs transformers and sentencepiece "
                            "(pip install transformers sentencepiece)") from None
@@ -247,15 +312,9 @@ def convert_marian(src, out) -> Path:
         raise FileNotFoundError(f"{src}: no such Marian model directory")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"--out {out}: exists and is not an empty directory")
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()                # the tool reports in one line
-    try:
-        tokenizer = MarianTokenizerAdapter.load(src)
-        model = from_marian(MarianMTModel.from_pretrained(str(src),
-                                                          local_files_only=True))
-    finally:
-        if bars:
-            hf_logging.enable_progress_bar()
+    weights = _check_marian_source(src)
+    tokenizer = MarianTokenizerAdapter.load(src)
+    model = from_marian(load_marian_checked(src, weights))
     c = model.config
     if tokenizer.vocab_size not in (c.src_vocab_size, c.tgt_vocab_size):
         raise ValueError(f"{src}: the tokenizer has {tokenizer.vocab_size} tokens, the "

@@ -2,7 +2,7 @@
 Extended by book/appendix_marian.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: ce3a942c7ae1c070
+# digest: eb587cb95542c7be
 # fmt: off
 
 # [book/09_model.ipynb, cell c85a103b]
@@ -20,6 +20,7 @@ from transformer_lib.decoder import Decoder, KVCache, load_torch_decoder
 from transformer_lib.embedding import TokenEmbedding
 from transformer_lib.encoder import Encoder, LayerConfig, load_torch_encoder
 from transformer_lib.masks import causal_mask, padding_mask_unchecked
+from transformer_lib.model_size import check_model_fits
 from transformer_lib.positional import PositionalEncoding
 from transformer_lib.torch_weights import DecoderLayerParts, EncoderLayerParts
 from transformer_lib.torch_weights import check_torch_stack, expect_parts, expect_torch
@@ -160,6 +161,7 @@ class Transformer(nn.Module):
             raise TypeError("config must be a TransformerConfig (or have its fields), "
                             f"got a {type(config).__name__} without "
                             f"{', '.join(missing)}")
+        check_model_fits(config)                 # before anything is allocated
         c = self.config = config
         marian = {name: getattr(c, name, default)
                   for name, default in MARIAN_FIELDS.items()}

@@ -1,14 +1,12 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 40ff500510ae6547
+# digest: 102c766d689cd6be
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell cli-train-imports]
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import signal
 import tempfile
@@ -19,8 +17,8 @@ import torch
 from tokenizers import Tokenizer
 
 from transformer_lib.model import Transformer, TransformerConfig
+from transformer_lib.model_size import ModelTooLargeError, check_model_fits
 from transformer_lib.training.distributed import cleanup_distributed
-from transformer_lib.training.files import atomic_write
 from transformer_lib.training.loop import train
 from transformer_lib.training.loss import LabelSmoothingLoss
 from transformer_lib.training.schedule import noam_optimizer
@@ -33,6 +31,8 @@ from transformer_lib.translation.tokenizer import BPETokenizer, encode_pairs
 from transformer_lib.cli.common import MODEL_DEFAULTS, Interrupted, UsageError
 from transformer_lib.cli.common import bucket_loader, log_line, start_processes
 from transformer_lib.cli.common import Progress
+from transformer_lib.cli.record import check_run_record, check_steps, fingerprint
+from transformer_lib.cli.record import write_run_record
 
 
 # [book/appendix_cli.ipynb, cell f2e925ab]
@@ -76,46 +76,6 @@ def _check_out(out: Path, resume: bool, force: bool, rank: int) -> None:
         raise ModelDirError(f"--out {out}: cannot write there ({reason})") from None
 
 
-def _fingerprint(pairs) -> str:
-    """A short digest of a corpus: a resumed run must read the same pairs."""
-    digest = hashlib.sha256()
-    for pair in pairs:
-        digest.update(f"{pair[0]}\t{pair[1]}\n".encode("utf-8", "surrogatepass"))
-    return digest.hexdigest()[:16]
-
-
-def _write_run_record(out: Path, record: dict) -> None:
-    """training.json, written atomically (``atomic_write``)."""
-    atomic_write(out / TRAINING_FILE, json.dumps(record, indent=2) + "\n")
-
-
-def _check_run_record(out: Path, args, corpus: str) -> None:
-    """On ``--resume``: what training.json says about the run must match this command
-    (the batches depend on the corpus, --batch-tokens and --seed); a run without the
-    record is left to chapter 10's check of the batches per epoch."""
-    file = out / TRAINING_FILE
-    if not file.is_file():
-        return
-    try:
-        record = json.loads(file.read_text(encoding="utf-8"))
-        saved, saved_corpus = record["args"], record.get("corpus")
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ModelDirError(f"{file}: damaged ({exc})") from None
-    except RecursionError:
-        raise ModelDirError(f"{file}: damaged (nested too deeply)") from None
-    if saved_corpus is not None and saved_corpus != corpus:
-        raise ModelDirError(f"{file}: the run was trained on another corpus than "
-                            f"--train {' '.join(args.train)}: resume with its own")
-    for name in ("batch_tokens", "accum_steps", "seed"):
-        if name in saved and saved[name] != getattr(args, name):
-            option = "--" + name.replace("_", "-")
-            raise ModelDirError(
-                f"{file}: the run was started with {option} {saved[name]}, this "
-                f"command gives {getattr(args, name)}: resume with the same value")
-    if args.warmup is None:
-        args.warmup = saved.get("warmup")
-
-
 # [book/appendix_cli.ipynb, cell 1e47d886]
 def _model_config(args, vocab: int) -> TransformerConfig:
     return TransformerConfig(
@@ -123,6 +83,18 @@ def _model_config(args, vocab: int) -> TransformerConfig:
         n_encoder_layers=args.layers, n_decoder_layers=args.layers,
         dropout=args.dropout, norm_first=args.norm_first, max_len=args.max_len,
         share_embeddings=True)
+
+
+def _check_size(args) -> None:
+    """A new run's model options, checked before the corpus is read: a model that
+    cannot fit in this machine's memory is a usage error naming the options."""
+    names = ("d_model", "layers", "d_ff", "max_len", "vocab_size")
+    options = " ".join(f"--{name.replace('_', '-')} {getattr(args, name)}"
+                       for name in names)
+    try:
+        check_model_fits(_model_config(args, args.vocab_size), options)
+    except ModelTooLargeError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _keep_run_config(args, config: TransformerConfig) -> None:
@@ -221,22 +193,6 @@ def _where_saved(checkpoint: Path, step: int, resumed: bool) -> str:
             "the same command and --resume")
 
 
-def _check_steps(args, steps: int, checkpoint: Path) -> None:
-    """On ``--resume``: the run must be asked for more updates than it has made."""
-    try:                          # already checked by load_resume_setup: a cheap look
-        done = torch.load(checkpoint, map_location="cpu", weights_only=True,
-                          mmap=True)["step"]
-    except Exception:             # (a damaged file: chapter 10's loader says how, later)
-        return
-    if isinstance(done, int) and done >= steps:
-        asked = (f"--steps {steps}" if args.steps else
-                 f"--epochs {args.epochs} ({steps} steps)" if args.epochs else
-                 f"the default {steps} steps")
-        raise UsageError(f"{asked}: the run in {args.out} has already made {done} "
-                         "updates, so nothing would be trained: ask for more to "
-                         "continue it")
-
-
 # [book/appendix_cli.ipynb, cell f60c6734]
 def _encode(train_pairs, valid_pairs, tokenizer, max_len: int, say):
     """The encoded training and validation pairs; too long pairs are skipped with a
@@ -275,12 +231,14 @@ def _train(args, rank: int, world: int, device: torch.device) -> int:
     for name, value in MODEL_DEFAULTS.items():
         if getattr(args, name) is None and not args.resume:
             setattr(args, name, value)
+    if not args.resume:
+        _check_size(args)
     _check_out(out, args.resume, args.force, rank)
     train_pairs = read_parallel(*args.train)
     valid_pairs = read_parallel(*args.valid) if args.valid else None
-    corpus = _fingerprint(train_pairs)
+    corpus = fingerprint(train_pairs)
     if args.resume:
-        _check_run_record(out, args, corpus)
+        check_run_record(out, args, corpus)
     config, tokenizer = _model_setup(args, train_pairs, rank, world)
     encoded, val_encoded = _encode(train_pairs, valid_pairs, tokenizer, config.max_len,
                                    say)
@@ -294,10 +252,10 @@ def _train(args, rank: int, world: int, device: torch.device) -> int:
                            else 10000)
     args.warmup = args.warmup or min(4000, max(1, steps // 4))
     if args.resume:
-        _check_steps(args, steps, checkpoint)
+        check_steps(args, steps, checkpoint)
     record = {k: v for k, v in vars(args).items() if k != "func"}
     if rank == 0 and not args.resume:
-        _write_run_record(out, {"args": record, "corpus": corpus, "steps": 0})
+        write_run_record(out, {"args": record, "corpus": corpus, "steps": 0})
     optimizer, scheduler = noam_optimizer(model, config.d_model, args.warmup,
                                           args.lr_factor)
     n_params = sum(p.numel() for p in model.parameters())

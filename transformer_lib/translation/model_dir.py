@@ -1,7 +1,7 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 883dd908f1729cea
+# digest: f0c1c5a70840866f
 # fmt: off
 
 # [book/12_translation.ipynb, cell c9e6cf5a]
@@ -18,6 +18,7 @@ from safetensors.torch import load_model, save_model
 
 from transformer_lib.checks import resolve_device
 from transformer_lib.model import Transformer, TransformerConfig
+from transformer_lib.model_size import ModelTooLargeError, check_model_fits
 from transformer_lib.training.checkpoint import load_checkpoint
 from transformer_lib.training.files import atomic_write
 from transformer_lib.translation.tokenizer import BPETokenizer, TextTokenizer
@@ -162,7 +163,9 @@ def load_tokenizer(path) -> TextTokenizer:
                             f"{exc.name} (pip install transformers sentencepiece)"
                             ) from None
     except (OSError, ValueError) as exc:
-        raise ModelDirError(f"{where}: {exc}") from None
+        text = str(exc)                              # (the file named once)
+        raise ModelDirError(text if text.startswith(str(where)) else f"{where}: {text}"
+                            ) from None
 
 
 # [book/12_translation.ipynb, cell d050da21]
@@ -184,6 +187,10 @@ def load_config_and_tokenizer(path) -> tuple[TransformerConfig, TextTokenizer]:
     except (TypeError, ValueError) as exc:
         raise ModelDirError(f"{file}: not a valid model configuration ({exc})") \
             from None
+    try:                           # untrusted sizes: refused before anything is read
+        check_model_fits(config, str(file))
+    except ModelTooLargeError as exc:
+        raise ModelDirError(str(exc)) from None
     tokenizer = load_tokenizer(path)
     n = tokenizer.vocab_size
     n_tgt = getattr(tokenizer, "tgt_vocab_size", n)   # two vocabularies (Marian)
