@@ -41,7 +41,6 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
 
 import torch
 import torch.nn.functional as F
@@ -56,6 +55,7 @@ from train_step import TorchWrapped
 
 import transformer_lib as tl
 from transformer_lib.checks import check_float, check_int
+from transformer_lib.cli.common import OneLineParser, number_option
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gpu_check.txt"
 FUSED_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
@@ -517,43 +517,21 @@ def check_compile(s: Sizes, V: int, device: torch.device, dtype: torch.dtype, ba
 
 
 # the command ------------------------------------------------------------------------------------------------------
-class Parser(argparse.ArgumentParser):
-    """argparse, but a bad option gives one line on stderr (as the book's CLI does), not the whole usage."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def number(kind: type[int] | type[float], check: Callable[..., float], **limits: Any) -> Callable[[str], Any]:
-    """An argparse type: text -> ``kind``, checked by the library's ``check_int`` or ``check_float``."""
-    def parse(text: str) -> int | float:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {kind.__name__}, got {text!r}") from None
-        try:
-            return kind(check(value, "the value", **limits))
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-    parse.__name__ = kind.__name__
-    return parse
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = Parser(prog=Path(__file__).name, description=__doc__.splitlines()[0])
+    p = OneLineParser(prog=Path(__file__).name, description=__doc__.splitlines()[0])
     p.add_argument("--dry-run", action="store_true",
                    help="run every part on the CPU at tiny sizes, skipping the assertions that need CUDA")
     p.add_argument("--record", nargs="?", const=str(RESULTS), default=None, metavar="FILE",
                    help=f"also write the output, with the date and the device, to FILE (default: {RESULTS})")
-    p.add_argument("--peak-tflops", type=number(float, check_float, low=0.0, low_open=True), default=None,
+    p.add_argument("--peak-tflops", type=number_option(float, check_float, low=0.0, low_open=True), default=None,
                    help="the device's peak 16-bit TFLOP/s for the MFU, > 0 (default: the table PEAK_TFLOPS)")
-    p.add_argument("--steps", type=number(int, check_int, minimum=2), default=None,
+    p.add_argument("--steps", type=number_option(int, check_int, minimum=2), default=None,
                    help="training steps of each precision, at least 2: the check compares the last logged loss "
                    f"with the first (default: {FULL.steps}, dry run {DRY.steps})")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile timings")
     p.add_argument("--compile-backend", default=None, help="torch.compile's backend (default: inductor; in the "
                    "dry run 'eager', as compiling C++ kernels takes minutes on a busy CPU)")
-    p.add_argument("--threads", type=number(int, check_int, minimum=0), default=0,
+    p.add_argument("--threads", type=number_option(int, check_int, minimum=0), default=0,
                    help="torch CPU threads (0: PyTorch's default)")
     return p.parse_args(argv)
 

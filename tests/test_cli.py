@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_marian import save_tiny_marian, tiny_marian_tokenizer
 
 from transformer_lib.cli.main import build_parser, main
 from transformer_lib.translation.corpus import generate_pairs, split_pairs, write_tsv
@@ -675,37 +676,12 @@ def test_torchrun_resume_is_exact(corpus, ddp_run, tmp_path):
 # ---------------------------------------------------------------- convert-marian
 
 def _marian_dir(path: Path) -> Path:
-    """A tiny random Marian model and a SentencePiece tokenizer trained on a few lines, saved as
-    save_pretrained saves a downloaded opus-mt model (nothing is downloaded)."""
-    spm = pytest.importorskip("sentencepiece")
-    transformers = pytest.importorskip("transformers")
+    """A tiny random Marian model and its tokenizer, as save_pretrained saves a downloaded opus-mt model."""
+    pytest.importorskip("sentencepiece")
+    pytest.importorskip("transformers")
     path.mkdir()
-    (path / "text.txt").write_text("der Hund beisst den Mann\nthe dog bites the man\n" * 30, encoding="utf-8")
-    spm.SentencePieceTrainer.train(input=str(path / "text.txt"), model_prefix=str(path / "sp"), vocab_size=30,
-                                   model_type="unigram", bos_id=-1, eos_id=-1, unk_id=0, hard_vocab_limit=False,
-                                   minloglevel=2)
-    sp = spm.SentencePieceProcessor(model_file=str(path / "sp.model"))
-    vocab = {"</s>": 0, "<unk>": 1}
-    for i in range(sp.get_piece_size()):
-        vocab.setdefault(sp.id_to_piece(i), len(vocab))
-    vocab["<pad>"] = len(vocab)
-    (path / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
-    tok = transformers.MarianTokenizer(source_spm=str(path / "sp.model"), target_spm=str(path / "sp.model"),
-                                       vocab=str(path / "vocab.json"))
-    n = len(vocab)
-    torch.manual_seed(0)
-    cfg = transformers.MarianConfig(vocab_size=n, d_model=16, encoder_layers=1, decoder_layers=2,
-                                    encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
-                                    decoder_ffn_dim=32, max_position_embeddings=64, pad_token_id=n - 1,
-                                    decoder_start_token_id=n - 1, eos_token_id=0, activation_function="swish",
-                                    scale_embedding=True, init_std=0.2)
-    model = transformers.MarianMTModel(cfg).eval()
-    with torch.no_grad():
-        model.final_logits_bias.normal_(0, 0.1)
-    src = path / "opus-mt-tiny"
-    model.save_pretrained(src)
-    tok.save_pretrained(src)
-    return src
+    n = tiny_marian_tokenizer(path / "tok")
+    return save_tiny_marian(path / "opus-mt-tiny", path / "tok", n, logits_bias=True)
 
 
 def test_convert_marian_writes_a_complete_model_directory(tmp_path, capsys):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_marian import save_tiny_marian, tiny_marian_tokenizer
 
 from transformer_lib.cli.main import main
 
@@ -28,44 +29,19 @@ ROOT = Path(__file__).resolve().parent.parent
 PROG = "python -m transformer_lib convert-marian"
 
 
-def _save_marian(path: Path, tokenizer_dir: Path, n: int, decoder_layers: int = 2) -> Path:
-    torch.manual_seed(0)
-    cfg = transformers.MarianConfig(vocab_size=n, d_model=16, encoder_layers=1, decoder_layers=decoder_layers,
-                                    encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
-                                    decoder_ffn_dim=32, max_position_embeddings=64, pad_token_id=n - 1,
-                                    decoder_start_token_id=n - 1, eos_token_id=0, activation_function="swish",
-                                    scale_embedding=True, init_std=0.2)
-    transformers.MarianMTModel(cfg).eval().save_pretrained(path)
-    for name in ("source.spm", "target.spm", "vocab.json", "tokenizer_config.json"):
-        shutil.copy(tokenizer_dir / name, path / name)
-    return path
-
-
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
     """Complete tiny Marian directories (decoders of 2, 1 and 3 layers), a tiny Llama directory and the tokenizer's
     files: the tests copy them before they damage them."""
     base = tmp_path_factory.mktemp("marian")
-    (base / "text.txt").write_text("der Hund beisst den Mann\nthe dog bites the man\n" * 30, encoding="utf-8")
-    spm.SentencePieceTrainer.train(input=str(base / "text.txt"), model_prefix=str(base / "sp"), vocab_size=30,
-                                   model_type="unigram", bos_id=-1, eos_id=-1, unk_id=0, hard_vocab_limit=False,
-                                   minloglevel=2)
-    sp = spm.SentencePieceProcessor(model_file=str(base / "sp.model"))
-    vocab = {"</s>": 0, "<unk>": 1}
-    for i in range(sp.get_piece_size()):
-        vocab.setdefault(sp.id_to_piece(i), len(vocab))
-    vocab["<pad>"] = len(vocab)
-    (base / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
-    tok = transformers.MarianTokenizer(source_spm=str(base / "sp.model"), target_spm=str(base / "sp.model"),
-                                       vocab=str(base / "vocab.json"))
-    tok.save_pretrained(base / "tok")
+    n = tiny_marian_tokenizer(base / "tok")
     llama = base / "llama"
     transformers.LlamaForCausalLM(transformers.LlamaConfig(
         vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
         num_key_value_heads=2, max_position_embeddings=32)).save_pretrained(llama)
-    return {"ok": _save_marian(base / "ok", base / "tok", len(vocab)),
-            "one_layer": _save_marian(base / "one", base / "tok", len(vocab), decoder_layers=1),
-            "three_layers": _save_marian(base / "three", base / "tok", len(vocab), decoder_layers=3),
+    return {"ok": save_tiny_marian(base / "ok", base / "tok", n),
+            "one_layer": save_tiny_marian(base / "one", base / "tok", n, decoder_layers=1),
+            "three_layers": save_tiny_marian(base / "three", base / "tok", n, decoder_layers=3),
             "llama": llama, "tok": base / "tok"}
 
 

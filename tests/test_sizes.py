@@ -99,14 +99,15 @@ SMALL = TransformerConfig(50, 60, d_model=16, n_heads=4, n_encoder_layers=2, n_d
 def test_the_machines_memory_is_known_here():
     memory = model_size.machine_memory_bytes()
     if hasattr(os, "sysconf") and "SC_PHYS_PAGES" in os.sysconf_names:
-        assert memory == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") > 0
+        assert 0 < memory <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")   # (a limit may lower it)
     else:
         assert memory is None
 
 
 def test_a_model_larger_than_the_memory_is_refused_in_one_line(monkeypatch):
     n = count_parameters(SMALL)
-    need = 4 * n + 4 * SMALL.max_len * SMALL.d_model
+    layers = SMALL.n_encoder_layers + SMALL.n_decoder_layers
+    need = 4 * n + 4 * SMALL.max_len * SMALL.d_model + model_size.LAYER_OBJECT_BYTES * layers
     monkeypatch.setattr(model_size, "machine_memory_bytes", lambda: need - 1)
     with pytest.raises(ModelTooLargeError) as info:
         check_model_fits(SMALL, "my.json")
@@ -220,3 +221,37 @@ def test_the_command_line_says_it_in_one_line(tiny_dir, tmp_path, field, value, 
     assert len(lines) == 1, run.stderr
     assert lines[0].startswith(f"python -m transformer_lib translate: error: {d / CONFIG_FILE}: a model of ")
     assert named in lines[0]
+
+
+# ---------------------------------------------------------------- the memory a process may use (G20 under ulimit -v)
+def test_the_memory_figure_is_lowered_by_an_address_space_limit_and_a_containers_limit(monkeypatch, tmp_path):
+    import resource
+
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    monkeypatch.setattr(model_size, "CGROUP_LIMIT_FILES", (str(tmp_path / "none"),))
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    assert model_size.machine_memory_bytes() == physical
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (2**30, resource.RLIM_INFINITY))
+    assert model_size.machine_memory_bytes() == min(physical, 2**30)
+    cgroup = tmp_path / "memory.max"
+    cgroup.write_text("12345678\n")
+    monkeypatch.setattr(model_size, "CGROUP_LIMIT_FILES", (str(cgroup),))
+    assert model_size.machine_memory_bytes() == min(physical, 12345678)
+    cgroup.write_text("max\n")                                                   # a container without a limit
+    assert model_size.machine_memory_bytes() == min(physical, 2**30)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_AS as a memory limit")
+def test_a_million_thin_layers_are_refused_at_once_under_an_address_space_limit(tiny_dir, tmp_path):
+    """G20: n_encoder_layers 10^6 of width 8 is ~5 GB, less than many machines hold: under ulimit -v 4 GiB it
+    must be refused before a layer is built, naming config.json."""
+    d = _huge_dir(tiny_dir, tmp_path, "n_encoder_layers", 10**6)
+    script = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2**32, 2**32)); "
+              "from transformer_lib.cli.main import main; sys.exit(main(sys.argv[1:]))")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    run = subprocess.run([sys.executable, "-c", script, "translate", "--model", str(d), "--device", "cpu"],
+                         input="1\n", capture_output=True, text=True, env=env, timeout=120)
+    lines = run.stderr.splitlines()
+    assert run.returncode == 1 and len(lines) == 1, run.stderr
+    assert f"{d / CONFIG_FILE}: a model of " in lines[0] and "n_encoder_layers=1000000" in lines[0]

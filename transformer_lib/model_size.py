@@ -1,7 +1,7 @@
 """Generated from book/09_model.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: ad07ac1f032519a8
+# digest: e36efe142ea4b1c5
 # fmt: off
 
 # [book/09_model.ipynb, cell 8399ce11]
@@ -62,13 +62,37 @@ class ModelTooLargeError(ValueError):
 
 
 # [book/09_model.ipynb, cell 8a8596bc]
+#: where a container's memory limit is (cgroup v2, then v1)
+CGROUP_LIMIT_FILES = ("/sys/fs/cgroup/memory.max",
+                      "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
 def machine_memory_bytes() -> int | None:
-    """This machine's physical memory in bytes, or None where the system does not say
-    (``os.sysconf`` is POSIX)."""
+    """The memory this process may use, in bytes: the machine's physical memory,
+    lowered by an address-space limit (``ulimit -v``) or a container's (cgroup)
+    limit; None where the system does not say (``os.sysconf`` is POSIX)."""
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):
         return None
+    limits = [memory]
+    try:
+        import resource                          # POSIX only
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft != resource.RLIM_INFINITY:
+            limits.append(soft)
+    except (ImportError, AttributeError, ValueError, OSError):
+        pass
+    for file in CGROUP_LIMIT_FILES:
+        try:
+            with open(file, encoding="ascii") as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit():                       # "max": no limit
+            limits.append(int(text))
+        break
+    memory = min(limits)
     return memory if memory > 0 else None
 
 
@@ -80,6 +104,9 @@ def _bytes(n: int) -> str:
     return f"{n} bytes"
 
 
+#: a lower bound on the Python objects of one layer's modules (about 38 kB measured
+#: for a thin encoder layer): a million thin layers need gigabytes beyond their weights
+LAYER_OBJECT_BYTES = 30_000
 #: the fields that set each part's size, named when that part is the largest
 _PART_FIELDS = {"embeddings": ("src_vocab_size", "tgt_vocab_size", "d_model"),
                 "encoder": ("n_encoder_layers", "d_model", "d_ff"),
@@ -91,7 +118,8 @@ _PART_FIELDS = {"embeddings": ("src_vocab_size", "tgt_vocab_size", "d_model"),
 def check_model_fits(config: Any, source: str = "config") -> None:
     """A :class:`ModelTooLargeError`, naming ``source`` and the sizes that dominate,
     when the float32 model that ``config`` describes (its parameters and its
-    positional table, 4 bytes each) needs more than this machine's memory. Nothing is
+    positional table, 4 bytes each, and its layers' module objects) needs more than
+    the memory this process may use (:func:`machine_memory_bytes`). Nothing is
     checked where that memory is unknown, or while the default device is not the CPU
     (the meta device allocates nothing)."""
     parts = parameter_counts(config)               # checks the sizes
@@ -100,7 +128,10 @@ def check_model_fits(config: Any, source: str = "config") -> None:
     if memory is None or torch.get_default_device().type != "cpu":
         return
     parts["positional table"] = check_int(config.max_len, "max_len") * config.d_model
-    need = 4 * sum(parts.values())
+    parts = {part: 4 * n for part, n in parts.items()}             # bytes, float32
+    parts["encoder"] += LAYER_OBJECT_BYTES * config.n_encoder_layers
+    parts["decoder"] += LAYER_OBJECT_BYTES * config.n_decoder_layers
+    need = sum(parts.values())
     if need > memory:
         largest = max(parts, key=parts.__getitem__)
         sizes = ", ".join(f"{name}={getattr(config, name)}"

@@ -1,12 +1,13 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: a07fdbcd6dbccb34
+# digest: 58d99c831f9c493b
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell 8f7e9b6c]
 from __future__ import annotations
 
+import argparse
 import inspect
 import sys
 import time
@@ -47,6 +48,31 @@ class Interrupted(Exception):
     def __init__(self, message: str, status: int):
         super().__init__(message)
         self.status = status
+
+
+# [book/appendix_cli.ipynb, cell 62dfc84f]
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad option gives one line on stderr, not the whole usage
+    (benchmarks/gpu_check.py uses it too)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def number_option(kind, check, **limits):
+    """An argparse type: text -> ``kind``, checked by one of the shared checks."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            message = f"expected {kind.__name__}, got {text!r}"
+            raise argparse.ArgumentTypeError(message) from None
+        try:
+            return kind(check(value, "the value", **limits))
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    parse.__name__ = kind.__name__
+    return parse
 
 
 # [book/appendix_cli.ipynb, cell da3244be]

@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: e4e292a1b0490c74
+# digest: 7e7ad73b80789d9d
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell c1ea5234]
@@ -15,7 +15,7 @@ import time
 from transformer_lib.checks import check_float, check_int, check_probability
 from transformer_lib.training.precision import PRECISIONS
 from transformer_lib.cli.common import DECODER_DEFAULTS, MIN_VOCAB, MODEL_DEFAULTS
-from transformer_lib.cli.common import Interrupted
+from transformer_lib.cli.common import Interrupted, OneLineParser, number_option
 from transformer_lib.cli.common import UsageError, log_line
 from transformer_lib.cli.train import run_train
 from transformer_lib.cli.translate import run_translate
@@ -37,36 +37,13 @@ class _HelpFormatter(argparse.HelpFormatter):
         return text
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a bad option gives one line on stderr, not the whole usage."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def _number(kind, check, **limits):
-    """An argparse type: text -> ``kind``, checked by one of the shared checks."""
-    def parse(text):
-        try:
-            value = kind(text)
-        except ValueError:
-            message = f"expected {kind.__name__}, got {text!r}"
-            raise argparse.ArgumentTypeError(message) from None
-        try:
-            return kind(check(value, "the value", **limits))
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-    parse.__name__ = kind.__name__
-    return parse
-
-
-_count = _number(int, check_int)                                   # an int >= 1
-_count0 = _number(int, check_int, minimum=0)                       # an int >= 0
-_vocab = _number(int, check_int, minimum=MIN_VOCAB)                # an int >= 260
-_positive = _number(float, check_float, low=0.0, low_open=True)    # a float > 0
-_real = _number(float, check_float)                                # a finite float
-_rate = _number(float, check_probability, one=False)               # a float in [0, 1)
-_mass = _number(float, check_probability, zero=False)              # a float in (0, 1]
+_count = number_option(int, check_int)  # an int >= 1
+_count0 = number_option(int, check_int, minimum=0)  # an int >= 0
+_vocab = number_option(int, check_int, minimum=MIN_VOCAB)  # an int >= 260
+_positive = number_option(float, check_float, low=0.0, low_open=True)  # a float > 0
+_real = number_option(float, check_float)  # a finite float
+_rate = number_option(float, check_probability, one=False)  # a float in [0, 1)
+_mass = number_option(float, check_probability, zero=False)  # a float in (0, 1]
 
 
 # [book/appendix_cli.ipynb, cell e03777c1]
@@ -185,11 +162,12 @@ def _add_convert_parser(sub) -> None:
 
 def build_parser(prog: str = "transformer-lib") -> argparse.ArgumentParser:
     """The parser of the subcommands (``train``, ``translate``, ``convert-marian``)."""
-    parser = _Parser(prog=prog, formatter_class=_HelpFormatter, description="Train an "
-                     "encoder-decoder Transformer on a parallel corpus, and translate.")
+    parser = OneLineParser(
+        prog=prog, formatter_class=_HelpFormatter, description="Train an "
+        "encoder-decoder Transformer on a parallel corpus, and translate.")
     sub = parser.add_subparsers(dest="command", required=True,
                                 metavar="{train,translate,convert-marian}",
-                                parser_class=_Parser)
+                                parser_class=OneLineParser)
     _add_train_parser(sub)
     _add_translate_parser(sub)
     _add_convert_parser(sub)
