@@ -218,5 +218,5 @@ def test_a_new_run_too_large_for_the_machine_is_refused_before_the_corpus_is_rea
     argv = ["train", "--train", str(tmp_path / "not-read.tsv"), "--out", str(tmp_path / "m"), *options]
     assert _status(argv) == 2
     err = _one_error_line(capsys)
-    assert "does not fit in this machine's" in err and needle in err and "not-read.tsv" not in err
+    assert "of memory this process may use" in err and needle in err and "not-read.tsv" not in err
     assert not (tmp_path / "m").exists()

@@ -114,7 +114,7 @@ def test_a_model_larger_than_the_memory_is_refused_in_one_line(monkeypatch):
     message = str(info.value)
     assert isinstance(info.value, ValueError) and "\n" not in message
     assert message.startswith("my.json: a model of ")
-    assert f"{n:,} parameters" in message and "does not fit in this machine's" in message
+    assert f"{n:,} parameters" in message and "of memory this process may use" in message
     monkeypatch.setattr(model_size, "machine_memory_bytes", lambda: need)       # exactly enough
     check_model_fits(SMALL, "my.json")
     monkeypatch.setattr(model_size, "machine_memory_bytes", lambda: None)       # unknown: no check
@@ -140,7 +140,7 @@ def test_the_model_refuses_before_it_allocates(monkeypatch):
     """Transformer(config) checks first: no layer is built (an embedding would be the first allocation)."""
     monkeypatch.setattr(model_size, "machine_memory_bytes", lambda: 1000)
     monkeypatch.setattr(torch.nn.Embedding, "__init__", lambda *a, **k: pytest.fail("allocated"))
-    with pytest.raises(ModelTooLargeError, match="^config: a model of .* does not fit in this machine's 1.0 kB"):
+    with pytest.raises(ModelTooLargeError, match="^config: a model of .* does not fit in the 1.0 kB of memory this process may use"):
         Transformer(SMALL)
 
 
@@ -201,7 +201,7 @@ def test_a_model_directory_that_cannot_fit_is_refused_before_anything_is_read_or
             load(d)
         message = str(info.value)
         assert "\n" not in message and message.startswith(f"{d / CONFIG_FILE}: a model of "), message
-        assert named in message and "does not fit in this machine's" in message
+        assert named in message and "of memory this process may use" in message
 
 
 def test_a_model_directory_that_fits_still_loads(tiny_dir):

@@ -1,7 +1,7 @@
 """Generated from book/09_model.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: e36efe142ea4b1c5
+# digest: 56d9fdb96101a7bb
 # fmt: off
 
 # [book/09_model.ipynb, cell 8399ce11]
@@ -138,8 +138,8 @@ def check_model_fits(config: Any, source: str = "config") -> None:
                           for name in _PART_FIELDS[largest])
         raise ModelTooLargeError(
             f"{source}: a model of {_bytes(need)} ({n_parameters:,} parameters; most "
-            f"of it in the {largest}: {sizes}) does not fit in this machine's "
-            f"{_bytes(memory)} of memory")
+            f"of it in the {largest}: {sizes}) does not fit in the {_bytes(memory)} "
+            "of memory this process may use")
 
 
 __all__ = ['parameter_counts', 'count_parameters', 'ModelTooLargeError']
