@@ -140,7 +140,8 @@ def test_the_model_refuses_before_it_allocates(monkeypatch):
     """Transformer(config) checks first: no layer is built (an embedding would be the first allocation)."""
     monkeypatch.setattr(model_size, "machine_memory_bytes", lambda: 1000)
     monkeypatch.setattr(torch.nn.Embedding, "__init__", lambda *a, **k: pytest.fail("allocated"))
-    with pytest.raises(ModelTooLargeError, match="^config: a model of .* does not fit in the 1.0 kB of memory this process may use"):
+    with pytest.raises(ModelTooLargeError,
+                       match="^config: a model of .* does not fit in the 1.0 kB of memory this process may use"):
         Transformer(SMALL)
 
 
