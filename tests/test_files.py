@@ -20,8 +20,9 @@ from transformer_lib.training.files import atomic_write, current_umask
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("planted", [f"out.json.tmp{os.getpid()}", ".out.json.tmp"])
+@pytest.mark.parametrize("planted", ["out.json.tmp{pid}", ".out.json.tmp"])     # this process's old name, a fixed one
 def test_a_link_planted_at_a_temporary_name_is_never_written_through(tmp_path, planted):
+    planted = planted.format(pid=os.getpid())
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
     (tmp_path / planted).symlink_to(victim)
