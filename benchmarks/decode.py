@@ -7,6 +7,8 @@ that every sentence runs to the full length) decodes with
 * greedy, without cache / with cache,
 * beam search (beam 4), without cache / with cache,
 * beam 4 / greedy, both with the cache,
+* the growing cache (``torch.cat`` every step, the decoders with ``KVCache.reserve`` switched off) / the
+  static cache the decoders reserve (written in place), for greedy and beam search,
 
 and the script prints each pair's time ratio (measured interleaved, in the same run, with
 ``common.time_pair``). A ratio above 1 means the second of the pair is faster. The cache's gain
@@ -18,9 +20,11 @@ minutes on a CPU either way, the uncached beam search at 128 tokens is most of i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
 import sys
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -28,6 +32,25 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import add_decode_args, add_model_args, apply_threads, header, time_pair, timing_plan
 
 import transformer_lib as tl
+
+
+@contextlib.contextmanager
+def growing_cache() -> Iterator[None]:
+    """The decoders as they were before the static cache: no reservation, so every step grows the cache."""
+    reserve = tl.KVCache.reserve
+    tl.KVCache.reserve = lambda self, n: None  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        tl.KVCache.reserve = reserve  # type: ignore[method-assign]
+
+
+def grown(fn: Callable[[], object]) -> Callable[[], object]:
+    """``fn`` run with the growing cache."""
+    def run() -> object:
+        with growing_cache():
+            return fn()
+    return run
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -52,7 +75,8 @@ def main(argv: list[str] | None = None) -> None:
     header(f"decoding: batch {args.batch}, source length {args.src_len}, d_model {args.d_model}, "
            f"{args.layers}+{args.layers} layers, d_ff {args.d_ff}, vocabulary {args.vocab}, beam {args.beam}")
     print(f"{'new tokens':>10} | {'greedy: no cache / cache':>24} | {'beam: no cache / cache':>22} | "
-          f"{'beam / greedy (cached)':>22} | greedy cached, ms")
+          f"{'beam / greedy (cached)':>22} | {'greedy: grown / static':>22} | {'beam: grown / static':>20} | "
+          f"greedy cached, ms")
     greedy = functools.partial(tl.greedy_decode, model, src)
     beam = functools.partial(tl.beam_search, model, src, args.beam)
     for n in (int(t) for t in args.tokens.split(",")):
@@ -63,8 +87,12 @@ def main(argv: list[str] | None = None) -> None:
                               functools.partial(greedy, n, use_cache=True), repeat, warmup, rounds)
         b_nc, b_c = time_pair(functools.partial(beam, n, use_cache=False),
                               functools.partial(beam, n, use_cache=True), repeat, warmup, rounds)
-        print(f"{n:>10} | {g_nc / g_c:>23.1f}x | {b_nc / b_c:>21.1f}x | {b_c / g_c:>21.1f}x | {1e3 * g_c:.0f}",
-              flush=True)
+        g_grown, g_static = time_pair(grown(functools.partial(greedy, n)), functools.partial(greedy, n), repeat,
+                                      warmup, rounds)
+        b_grown, b_static = time_pair(grown(functools.partial(beam, n)), functools.partial(beam, n), repeat,
+                                      warmup, rounds)
+        print(f"{n:>10} | {g_nc / g_c:>23.1f}x | {b_nc / b_c:>21.1f}x | {b_c / g_c:>21.1f}x | "
+              f"{g_grown / g_static:>21.2f}x | {b_grown / b_static:>19.2f}x | {1e3 * g_c:.0f}", flush=True)
 
 
 if __name__ == "__main__":

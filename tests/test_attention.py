@@ -251,6 +251,32 @@ def test_self_attention_cache_equals_full_pass():
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
 
 
+
+def test_static_cache_equals_growing_cache_bit_for_bit():
+    """reserve(n) preallocates the buffers and writes in place; the keys, values and outputs are exactly the
+    growing (torch.cat) cache's, chunks of several positions and a reorder (beams) included."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4).eval()
+    x = torch.randn(3, 7, 16)
+    grow, static = AttentionCache(), AttentionCache()
+    static.reserve(7)
+    index = torch.tensor([2, 0, 0, 1])                 # a new batch size: the buffers follow
+    for lo, hi in [(0, 2), (2, 3), (3, 6)]:
+        a, b = mha(x[:, lo:hi], cache=grow), mha(x[:, lo:hi], cache=static)
+        assert torch.equal(a, b) and torch.equal(grow.k, static.k) and torch.equal(grow.v, static.v)
+        if lo == 0:
+            x = x.index_select(0, index)
+            grow.reorder(index)
+            static.reorder(index)
+    assert static.length == 6 and static.k.shape == (4, 4, 6, 4)
+    assert torch.equal(mha(x[:, 6:], cache=grow), mha(x[:, 6:], cache=static))
+    with pytest.raises(ValueError, match="room for 7 positions"):
+        mha(x[:, :1], cache=static)
+    with pytest.raises(RuntimeError, match="before its first call"):
+        static.reserve(9)
+    with pytest.raises(ValueError, match="capacity"):
+        AttentionCache().reserve(0)
+
 def test_cross_attention_cache_is_reused():
     torch.manual_seed(0)
     mha = MultiHeadAttention(16, 4).eval()

@@ -81,6 +81,30 @@ def test_cached_logits_equal_full_recomputation(seed, norm_first, B, steps):
     assert cache.length == ys.size(1)
 
 
+
+@settings(max_examples=examples(8), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), norm_first=st.booleans(), k=st.integers(1, 4))
+def test_static_cache_decodes_as_the_growing_cache_bit_for_bit(seed, norm_first, k):
+    """The decoders reserve a static cache (written in place, reordered in place by beam search); with the
+    reservation switched off they grow it by torch.cat. Tokens and scores are the same, exactly."""
+    m, src = make_model(seed, norm_first=norm_first), make_src(seed, 3, 5)
+    static = greedy_decode(m, src, 8), beam_search(m, src, k, 8, n_best=k)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tl.KVCache, "reserve", lambda self, n: None)
+        grown = greedy_decode(m, src, 8), beam_search(m, src, k, 8, n_best=k)
+    assert torch.equal(static[0], grown[0])
+    assert torch.equal(static[1][0], grown[1][0]) and torch.equal(static[1][1], grown[1][1])
+
+
+def test_the_decoders_reserve_the_cache_for_max_len_steps(model, src, monkeypatch):
+    sizes = []
+    real = tl.KVCache.reserve
+    monkeypatch.setattr(tl.KVCache, "reserve", lambda self, n: (sizes.append(n), real(self, n))[1])
+    greedy_decode(model, src, 6)
+    beam_search(model, src, 2, 5)
+    greedy_decode(model, src)                        # each sentence its own limit: room for the longest
+    assert sizes == [6, 5, int(default_max_len((src != PAD).sum(1), model.config.max_len).max())]
+
 @settings(max_examples=examples(8), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), norm_first=st.booleans(), k=st.integers(1, 4))
 def test_cached_and_uncached_give_the_same_tokens(seed, norm_first, k):

@@ -2,14 +2,14 @@
 Extended by book/13_modern.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: e10b3bd4db1aaa78
+# digest: 07fd14af31d5d335
 # fmt: off
 
 # [book/03_attention.ipynb, cell 543feaed]
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import cast
 
 import torch
@@ -47,14 +47,10 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 # [book/03_attention.ipynb, cell 99a51cf6]
 def check_mask(mask: torch.Tensor | None, scores_shape: tuple[int, ...],
                name: str = "mask") -> None:
-    """Raise a ValueError unless ``mask`` is None or a boolean tensor that broadcasts to
-    ``scores_shape``.
-
-    ``scores_shape`` is the shape of the attention scores, (…, Lq, Lk), e.g.
-    (B, h, Lq, Lk). True in the mask means "this query may attend to this key" (the
-    convention of PyTorch's ``scaled_dot_product_attention``). Only the dtype and the
-    shape are checked: no value is read, so there is no host-device synchronisation.
-    """
+    """Raise a ValueError unless ``mask`` is None or a boolean tensor (True = this query
+    may attend to this key, as in PyTorch's ``scaled_dot_product_attention``) that
+    broadcasts to ``scores_shape``, the scores' (…, Lq, Lk). Only dtype and shape are
+    checked: no value is read, so there is no host-device synchronisation."""
     if mask is None:
         return
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
@@ -82,10 +78,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     weights (…, Lq, Lk)).
 
     A query row whose keys are all masked gets zero weights and a zero output, never
-    NaN, whatever PyTorch's ``scaled_dot_product_attention`` does in the installed
-    version (recent ones return zeros too; older ones' math path returned NaN).
-    ``dropout_p`` drops weights (training only: pass 0.0 at evaluation).
-    Half-precision inputs have their softmax computed in float32.
+    NaN (older versions of PyTorch's math path returned NaN). ``dropout_p`` drops
+    weights (training only). Half-precision inputs get their softmax in float32.
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() < 2:
@@ -119,32 +113,21 @@ def check_heads(d_model: object, n_heads: object) -> tuple[int, int]:
 
 # [book/03_attention.ipynb, cell ecf34695]
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention with the weight layout of ``torch.nn.MultiheadAttention``.
+    """Multi-head attention with the weight layout of ``torch.nn.MultiheadAttention``:
+    ``in_proj`` (``nn.Linear(d_model, 3·d_model)``) stacks W_q, W_k, W_v as rows (one
+    fused matmul for self-attention, row slices for cross-attention); ``out_proj``: W_o.
 
-    ``in_proj`` (an ``nn.Linear(d_model, 3·d_model)``) stacks W_q, W_k, W_v as rows,
-    like ``nn.MultiheadAttention.in_proj_weight``: one fused matmul for self-attention,
-    row slices of the same matrix for cross-attention. ``out_proj`` is W_o.
+    ``forward(query (B, Lq, d), key=None, value=None, mask=None, cache=None)`` -> (B,
+    Lq, d): self-attention without ``key``, cross-attention with ``key`` (B, Lk, d) and
+    ``value`` (default: ``key``). ``mask`` is boolean, True = may attend, broadcasting
+    to (B, n_heads, Lq, Lk) (see ``transformer_lib.masks``).
 
-    ``forward(query (B, Lq, d), key=None, value=None, mask=None, cache=None)`` returns
-    (B, Lq, d). Without ``key`` it is self-attention (keys and values from
-    ``query``); with ``key`` (B, Lk, d) it is cross-attention, the values from
-    ``value`` (B, Lk, d), or from ``key`` when ``value`` is None. ``mask`` is boolean,
-    True = may attend, broadcasting to (B, n_heads, Lq, Lk) (see
-    ``transformer_lib.masks``).
-
-    Per-head attention weights (B, n_heads, Lq, Lk), for plots:
-
-    * ``out, weights = mha.forward_with_weights(query, key, value, mask)``, or
-    * set ``mha.record_weights = True``; every forward then stores them, detached, in
-      ``mha.last_weights`` (this reaches the layers inside a whole model).
-
-    Both use the explicit ``attention`` path; otherwise
-    ``F.scaled_dot_product_attention`` runs (fused kernels on a GPU).
-
-    ``cache`` (an :class:`AttentionCache`, for incremental decoding, chapter 11): in
-    self-attention the new keys/values (B, h, t, d_k) are appended to it; in
-    cross-attention they are computed on the first call, stored, and reused on later
-    calls. Chapter 13 adds grouped-query attention and a rotary argument.
+    Per-head weights (B, n_heads, Lq, Lk), for plots: ``mha.forward_with_weights(...)``
+    returns them, and with ``mha.record_weights = True`` every forward stores them in
+    ``mha.last_weights``; both use the explicit ``attention`` path, otherwise
+    ``F.scaled_dot_product_attention`` runs. ``cache`` (an :class:`AttentionCache`):
+    self-attention appends the new keys/values; cross-attention computes them on the
+    first call and reuses them. Chapter 13 adds grouped-query attention and rotary.
     """
 
     # [book/13_modern.ipynb, cell 5d61bd9f]
@@ -196,11 +179,8 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self._split(q), self._split(k), self._split(v)
         if rotary is not None:                                 # at their own positions
             q, k = rotary(q), rotary(k)
-        if cache is not None:
-            if cache.k is not None and cache.v is not None:    # earlier positions
-                k = torch.cat([cache.k, k], dim=2)             # (B, h_kv, t + L, d_k)
-                v = torch.cat([cache.v, v], dim=2)
-            cache.k, cache.v = k, v
+        if cache is not None:                    # with the earlier positions' k and v
+            k, v = cache.append(k, v)                          # (B, h_kv, t + L, d_k)
         return q, k, v
 
     # [book/03_attention.ipynb, cell a879aff7]
@@ -313,21 +293,58 @@ class MultiHeadAttention(nn.Module):
 @dataclass
 class AttentionCache:
     """The keys and values one attention block has computed, kept between the steps of
-    incremental decoding: k and v (B, heads, t, d_k), None before the first call."""
+    incremental decoding: k and v (B, heads, t, d_k), None before the first call.
+
+    Each :meth:`append` copies the old positions into a longer tensor (``torch.cat``),
+    unless ``reserve(n)`` made the cache static: (B, heads, n, d_k) buffers written in
+    place, k and v views of their first t positions."""
 
     k: torch.Tensor | None = None
     v: torch.Tensor | None = None
+    capacity: int | None = None            # static: room for this many positions
+    _room: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, init=False)
 
     @property
-    def length(self) -> int:
-        """How many key positions are cached."""
+    def length(self) -> int:                   # how many key positions are cached
         return 0 if self.k is None else self.k.size(2)
+
+    def reserve(self, capacity: int) -> None:
+        """Make the (empty) cache static, with room for ``capacity`` positions."""
+        if self.k is not None:
+            raise RuntimeError("reserve an AttentionCache before its first call")
+        self.capacity = check_int(capacity, "capacity")
+
+    def append(self, k: torch.Tensor,
+               v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Add the keys and values (B, heads, L, d_k) of L new positions; -> those of
+        every cached position (B, heads, t + L, d_k)."""
+        if self.capacity is None:                  # grow: copy the old positions too
+            if self.k is not None and self.v is not None:
+                k, v = torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
+        else:
+            k, v = self._write(k, v, self.length)
+        self.k, self.v = k, v
+        return k, v
+
+    def _write(self, k: torch.Tensor, v: torch.Tensor,
+               start: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Static: write k, v into the buffers at ``start``; -> the filled views."""
+        end, room = start + k.size(2), cast(int, self.capacity)
+        if end > room:
+            raise ValueError(f"the cache has room for {room} positions, got {end}")
+        if self._room is None or self._room[0].size(0) != k.size(0):
+            shape = (*k.shape[:2], room, k.size(3))
+            self._room = k.new_empty(shape), v.new_empty(shape)
+        room_k, room_v = self._room
+        room_k[:, :, start:end], room_v[:, :, start:end] = k, v      # in place
+        return room_k[:, :, :end], room_v[:, :, :end]
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep batch rows ``index`` (in that order): the beams that survive a step."""
         if self.k is not None and self.v is not None:
-            self.k = self.k.index_select(0, index.to(self.k.device))
-            self.v = self.v.index_select(0, index.to(self.v.device))
+            index = index.to(self.k.device)
+            k, v = self.k.index_select(0, index), self.v.index_select(0, index)
+            self.k, self.v = (k, v) if self.capacity is None else self._write(k, v, 0)
 
 
 __all__ = ['check_mask', 'attention', 'MultiHeadAttention', 'AttentionCache']

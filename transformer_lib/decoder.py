@@ -1,7 +1,7 @@
 """Generated from book/08_decoder.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 6460ad92f642459b
+# digest: cd36ee5d4742db73
 # fmt: off
 
 # [book/08_decoder.ipynb, cell b698ca2c]
@@ -37,7 +37,8 @@ class KVCache:
     """The keys and values every decoder layer has computed so far, kept between steps:
     ``layers[i]`` is layer i's :class:`LayerCache`, (B, h, t, d_k) tensors.
     ``cross=False`` keeps self-attention caches only (a decoder-only model, chapter
-    13). Chapter 11 builds decoding on it.
+    13). ``reserve(n)`` makes the self-attention caches static, with room for n
+    positions (chapter 3). Chapter 11 builds decoding on it.
     """
 
     def __init__(self, n_layers: int, cross: bool = True):
@@ -49,6 +50,12 @@ class KVCache:
     def length(self) -> int:
         """How many target positions are cached."""
         return self.layers[0].self_attn.length
+
+    def reserve(self, max_len: int) -> None:
+        """Preallocate every self-attention cache for ``max_len`` target positions, to
+        be written in place (call it before the first step)."""
+        for layer in self.layers:
+            layer.self_attn.reserve(max_len)
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep batch rows ``index`` (in that order) of every cached tensor: the beams

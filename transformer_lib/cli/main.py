@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 7e7ad73b80789d9d
+# digest: fa3f02bc0819b53f
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell c1ea5234]
@@ -17,6 +17,7 @@ from transformer_lib.training.precision import PRECISIONS
 from transformer_lib.cli.common import DECODER_DEFAULTS, MIN_VOCAB, MODEL_DEFAULTS
 from transformer_lib.cli.common import Interrupted, OneLineParser, number_option
 from transformer_lib.cli.common import UsageError, log_line
+from transformer_lib.cli.serve import run_export_ctranslate2
 from transformer_lib.cli.train import run_train
 from transformer_lib.cli.translate import run_translate
 
@@ -116,7 +117,10 @@ def _add_translate_parser(sub) -> None:
         "write one translation per line to standard output (or --output).")
     add = r.add_argument
     add("inputs", nargs="*", metavar="FILE", help="input files ('-' or none: stdin)")
-    add("--model", required=True, metavar="DIR", help="a model directory from 'train'")
+    add("--model", required=True, metavar="DIR", help="a model directory from 'train' "
+        "(--engine ctranslate2: a directory from 'export-ctranslate2')")
+    add("--engine", choices=["torch", "ctranslate2"], default="torch",
+        help="the book's decoders, or CTranslate2 (greedy or --beam, on the CPU)")
     add("--output", metavar="FILE", help="write here instead of standard output")
     add("--truncate", action="store_true", help="translate the first max_len tokens "
         "of a longer line (default: such a line is an error)")
@@ -135,8 +139,8 @@ def _add_translate_parser(sub) -> None:
     add("--max-len", type=_count, help="longest translation, at most the model's "
         "max_len (default: 2 x source + 10)")
     add("--device", default="auto", help="'auto' (cuda if present), 'cpu', 'cuda', ...")
-    add("--precision", choices=sorted(PRECISIONS), default="fp32",
-        help="fp32, or autocast to bf16/fp16")
+    add("--precision", choices=[*sorted(PRECISIONS), "int8"], default="fp32",
+        help="fp32, autocast to bf16/fp16, or int8 linear layers (CPU only)")
     add("--threads", type=_count, help="CPU threads (default: PyTorch's choice)")
     r.set_defaults(func=run_translate)
 
@@ -150,6 +154,18 @@ def run_convert_marian(args) -> int:
     return 0
 
 
+def _add_export_parser(sub) -> None:
+    e = sub.add_parser(
+        "export-ctranslate2", formatter_class=_HelpFormatter,
+        help="export a model for CTranslate2", description="Write a model directory "
+        "from 'train' or 'convert-marian' as a CTranslate2 model directory, for "
+        "'translate --engine ctranslate2' (pip install 'transformer_lib[serve]').")
+    e.add_argument("model", metavar="MODEL_DIR", help="the model directory")
+    e.add_argument("--out", required=True, metavar="DIR", help="a new directory")
+    e.add_argument("--quantization", choices=["int8"], help="store int8 weights")
+    e.set_defaults(func=run_export_ctranslate2)
+
+
 def _add_convert_parser(sub) -> None:
     c = sub.add_parser(
         "convert-marian", formatter_class=_HelpFormatter,
@@ -161,16 +177,18 @@ def _add_convert_parser(sub) -> None:
 
 
 def build_parser(prog: str = "transformer-lib") -> argparse.ArgumentParser:
-    """The parser of the subcommands (``train``, ``translate``, ``convert-marian``)."""
+    """The parser of the subcommands (``train``, ``translate``, ``convert-marian``,
+    ``export-ctranslate2``)."""
     parser = OneLineParser(
         prog=prog, formatter_class=_HelpFormatter, description="Train an "
         "encoder-decoder Transformer on a parallel corpus, and translate.")
     sub = parser.add_subparsers(dest="command", required=True,
-                                metavar="{train,translate,convert-marian}",
+                                metavar="{train,translate,convert-marian,export-ctranslate2}",
                                 parser_class=OneLineParser)
     _add_train_parser(sub)
     _add_translate_parser(sub)
     _add_convert_parser(sub)
+    _add_export_parser(sub)
     return parser
 
 

@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 2742b35a99655123
+# digest: f4d231c755855a33
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell 5b80d677]
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import torch
 
-from transformer_lib.translation.model_dir import load_model_dir
 from transformer_lib.translation.translate import translate_lines
 from transformer_lib.cli.common import DECODER_DEFAULTS, UsageError
-from transformer_lib.cli.common import device_option, log_line
+from transformer_lib.cli.common import log_line
+from transformer_lib.cli.serve import load_engine, torch_model, translate_engine
 
 
 def _read_inputs(inputs) -> list[tuple[str, int, str]]:
@@ -81,24 +81,35 @@ def _long_line_hook(lines, max_len: int, truncate: bool, say):
 
 
 def run_translate(args) -> int:
-    """``translate``: load the model directory, translate every input line, write one
-    line each."""
+    """``translate``: load the model directory (or, with ``--engine ctranslate2``, the
+    export), translate every input line, write one line each."""
     options = _sampling_options(args)
     if not args.output and sys.stdout is None:       # started with >&-
         raise ValueError("standard output is closed: pass --output FILE")
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, tokenizer = load_model_dir(args.model, device_option(args.device))
-    limit = model.config.max_len
+    if args.engine == "ctranslate2":
+        engine = load_engine(args)
+        config, tokenizer = engine.config, engine.tokenizer
+    else:
+        model, tokenizer = torch_model(args)
+        config = model.config
+    limit = config.max_len
     if args.max_len is not None and args.max_len > limit:
         raise UsageError(f"--max-len {args.max_len}: the model in {args.model} "
                          f"handles at most {limit} tokens")
     lines = _read_inputs(args.inputs)
-    translations = translate_lines(
-        model, tokenizer, [text for _, _, text in lines], beam=args.beam,
-        sampling=args.sample, batch_size=args.batch_size, max_len=args.max_len,
-        precision=args.precision,
-        on_too_long=_long_line_hook(lines, limit, args.truncate, log_line), **options)
+    texts = [text for _, _, text in lines]
+    hook = _long_line_hook(lines, limit, args.truncate, log_line)
+    if args.engine == "ctranslate2":
+        translations = translate_engine(engine, texts, args.beam, args.batch_size,
+                                        args.max_len, hook, **options)
+    else:
+        precision = "fp32" if args.precision == "int8" else args.precision
+        translations = translate_lines(
+            model, tokenizer, texts, beam=args.beam, sampling=args.sample,
+            batch_size=args.batch_size, max_len=args.max_len, precision=precision,
+            on_too_long=hook, **options)
     text = "".join(_one_line(t) + "\n" for t in translations)
     if args.output:
         try:

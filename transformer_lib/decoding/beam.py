@@ -1,7 +1,7 @@
 """Generated from book/11_decoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: ef181a0e26af7abe
+# digest: e18a3da71fba5975
 # fmt: off
 
 # [book/11_decoding.ipynb, cell 93fe1f50]
@@ -214,7 +214,7 @@ def beam_search_unchecked(model: Seq2SeqModel, src: torch.Tensor, beam_size: int
         return logp / length_penalty_factor(t + int(count_bos), alpha, length_norm)
 
     with decoding_mode(model):
-        stepper = make_stepper(model, src, use_cache)
+        stepper = make_stepper(model, src, use_cache, max_len)
         beams = _Beams(c, src.size(0), k, max_len, score, src.device)
         for t in range(1, max_len + 1):                  # t tokens after this step
             index = beams.advance(stepper.step(beams.ys), t)

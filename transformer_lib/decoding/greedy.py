@@ -1,7 +1,7 @@
 """Generated from book/11_decoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 7f6fd0ad24eefcf2
+# digest: 3e799e0ed904262f
 # fmt: off
 
 # [book/11_decoding.ipynb, cell 5814e656]
@@ -15,7 +15,7 @@ import torch
 
 from transformer_lib.checks import check_int, check_token_ids
 from transformer_lib.masks import padding_mask
-from transformer_lib.model import check_ids
+from transformer_lib.model import Transformer, check_ids
 from transformer_lib.training.evaluation import (check_seq2seq, decode_loop,
                                                  forbid_specials)
 
@@ -146,33 +146,43 @@ def decoding_mode(model: Seq2SeqModel) -> Iterator[None]:
 class Stepper:
     """The logits of the next token for a batch of prefixes, with or without a KV cache.
 
-    ``Stepper(model, src, use_cache)`` encodes src (B, S) once; src must be checked and
-    on the model's device already (:func:`start_decoding` checks it, then makes one).
-    ``step(ys)`` takes whole prefixes ys (N, t) that start with bos and returns the
-    logits (N, V) of the next token, float32, with pad and bos at -inf (never
+    ``Stepper(model, src, use_cache, max_len)`` encodes src (B, S) once; src must be
+    checked and on the model's device already (:func:`start_decoding` checks it, then
+    makes one). ``step(ys)`` takes whole prefixes ys (N, t) that start with bos and
+    returns the logits (N, V) of the next token, float32, pad and bos at -inf (never
     generated). Without a cache it runs the decoder over all t positions and keeps the
     last; with one it feeds only ys[:, -1:], at position t - 1, so each call's prefixes
-    must be one token longer than the last call's. Use it inside :func:`decoding_mode`.
+    must be one token longer than the last call's. ``max_len`` (the most steps) makes
+    the cache static when it has a ``reserve`` method (chapter 8's ``KVCache``). A
+    :class:`~transformer_lib.model.Transformer` is run through its unchecked core: the
+    ids fed are the loop's own choices. Use it inside :func:`decoding_mode`.
     """
 
-    def __init__(self, model: Seq2SeqModel, src: torch.Tensor, use_cache: bool = True):
+    def __init__(self, model: Seq2SeqModel, src: torch.Tensor, use_cache: bool = True,
+                 max_len: int | None = None):
         c = model.config
         self.model, self.config = model, c
         self.src_mask = padding_mask(src, c.pad_id)                   # (B, 1, 1, S)
         self.memory = model.encode(src, self.src_mask)                # (B, S, d_model)
         self.cache = model.new_cache() if use_cache else None
+        reserve = getattr(self.cache, "reserve", None)
+        if max_len is not None and callable(reserve):
+            reserve(max_len)                          # static: written in place
+        self.fast = model._decode if isinstance(model, Transformer) else None
 
     def step(self, ys: torch.Tensor) -> torch.Tensor:
         """Prefixes ys (N, t), bos first -> the next token's logits (N, V)."""
-        if self.cache is None:
-            logits = self.model.decode(ys, self.memory, self.src_mask)[:, -1]   # (N, V)
+        start = 0 if self.cache is None else ys.size(1) - 1
+        if self.cache is not None and self.cache.length != start:
+            raise RuntimeError("KV cache out of step with the prefix")
+        new = ys if self.cache is None else ys[:, -1:]          # (N, t) or (N, 1)
+        if self.fast is not None:                               # checked at the door
+            logits = self.fast(new, self.memory, self.src_mask, self.cache, start)
+        elif self.cache is None:
+            logits = self.model.decode(new, self.memory, self.src_mask)
         else:
-            if self.cache.length != ys.size(1) - 1:
-                raise RuntimeError("KV cache out of step with the prefix")
-            new = ys[:, -1:]                                                   # (N, 1)
             logits = self.model.decode(new, self.memory, self.src_mask, self.cache)
-            logits = logits[:, -1]                                             # (N, V)
-        return forbid_specials(logits, self.config)                          # (N, V)
+        return forbid_specials(logits[:, -1], self.config)                   # (N, V)
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep rows ``index`` (in that order): the beams that survive a step."""
@@ -182,15 +192,17 @@ class Stepper:
             self.cache.reorder(index)
 
 
-def make_stepper(model: Seq2SeqModel, src: torch.Tensor,
-                 use_cache: bool = True) -> DecodingStepper:
+# [book/11_decoding.ipynb, cell d0775bbd]
+def make_stepper(model: Seq2SeqModel, src: torch.Tensor, use_cache: bool = True,
+                 max_len: int | None = None) -> DecodingStepper:
     """The stepper for a checked ``src`` on the model's device: the model's own when it
     has a ``stepper(src, use_cache)`` method (a decoder-only model continuing a prompt,
-    chapter 13), else a :class:`Stepper`. Every decoding loop goes through here."""
+    chapter 13), else a :class:`Stepper` (its cache static for ``max_len`` steps). Every
+    decoding loop goes through here."""
     own = getattr(model, "stepper", None)
     if callable(own):
         return own(src, use_cache)
-    return Stepper(model, src, use_cache)
+    return Stepper(model, src, use_cache, max_len)
 
 
 def start_decoding(model: Seq2SeqModel, src: torch.Tensor,
@@ -248,7 +260,7 @@ def decode_unchecked(model: Seq2SeqModel, src: torch.Tensor, max_len: int | None
         limits = default_max_len((src != c.pad_id).sum(dim=1), c.max_len)  # (B,)
         max_len = int(limits.max())
     with decoding_mode(model):
-        stepper = make_stepper(model, src, use_cache)
+        stepper = make_stepper(model, src, use_cache, max_len)
         ys = torch.full((src.size(0), 1), c.bos_id, dtype=torch.long,
                         device=src.device)                                # (B, 1)
         return decode_loop(stepper.step, ys, c.pad_id, c.eos_id, max_len, choose,

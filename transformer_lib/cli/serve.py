@@ -1,0 +1,97 @@
+"""Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
+
+Regenerate with ``python tools/export.py``."""
+# digest: aaa7b59bf9dafba9
+# fmt: off
+
+# [book/appendix_cli.ipynb, cell 3c9611f9]
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from transformer_lib.serving import CTranslate2Model, export_ctranslate2, quantize_int8
+from transformer_lib.translation.model_dir import load_model_dir
+from transformer_lib.cli.common import DECODER_DEFAULTS, UsageError
+from transformer_lib.cli.common import device_option, log_line
+
+
+def _need_ctranslate2(option: str) -> None:
+    try:
+        import ctranslate2  # noqa: F401
+    except ImportError:
+        raise RuntimeError(f"{option}: ctranslate2 is not installed: pip install "
+                           "'transformer_lib[serve]'") from None
+
+
+def run_export_ctranslate2(args) -> int:
+    """``export-ctranslate2``: the model directory as a CTranslate2 model directory."""
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(f"--out {out}: exists and is not empty (choose a new "
+                         "directory)")
+    _need_ctranslate2("export-ctranslate2")
+    model, tokenizer = load_model_dir(args.model, "cpu")
+    export_ctranslate2(model, tokenizer, out, args.quantization)
+    log_line(f"wrote {out}")
+    return 0
+
+
+# [book/appendix_cli.ipynb, cell 2768a585]
+def load_engine(args) -> CTranslate2Model:
+    """``translate --engine ctranslate2``: its options checked, the export loaded."""
+    cpu = args.device in ("auto", "cpu")
+    for option, given in (("--sample", args.sample),
+                          (f"--precision {args.precision}", args.precision != "fp32"),
+                          (f"--device {args.device}", not cpu)):
+        if given:
+            raise UsageError(f"{option}: not with --engine ctranslate2 (greedy or "
+                             "--beam K on the CPU; int8: export with --quantization)")
+    _need_ctranslate2("--engine ctranslate2")
+    if not (Path(args.model) / "model.bin").is_file():
+        raise ValueError(f"--model {args.model}: not a directory written by "
+                         "export-ctranslate2 (no model.bin)")
+    return CTranslate2Model.load(args.model, threads=args.threads or 1)
+
+
+def torch_model(args):
+    """``translate --engine torch``: (model, tokenizer); ``--precision int8``: the
+    model's linear layers in int8, on the CPU."""
+    if args.precision != "int8":
+        return load_model_dir(args.model, device_option(args.device))
+    if args.device not in ("auto", "cpu"):
+        raise UsageError(f"--precision int8: on the CPU only, not --device "
+                         f"{args.device}")
+    model, tokenizer = load_model_dir(args.model, "cpu")
+    return quantize_int8(model), tokenizer
+
+
+def translate_engine(engine: CTranslate2Model, lines: list[str], beam: int,
+                     batch_size: int, max_len: int | None, on_too_long,
+                     length_penalty: float = DECODER_DEFAULTS["length_penalty"]
+                     ) -> list[str]:
+    """``lines`` translated by ``engine``, as ``translate_lines`` would: tokenised
+    once, a line longer than ``max_len`` tokens handed to ``on_too_long(number,
+    n_tokens)`` then cut, sorted by length, decoded ``batch_size`` at a time."""
+    c, tokenizer = engine.config, engine.tokenizer
+    encoded = [tokenizer.encode(line.strip()) for line in lines]
+    for number, ids in enumerate(encoded, 1):
+        if len(ids) > c.max_len:
+            on_too_long(number, len(ids))
+            encoded[number - 1] = ids[:c.max_len]
+    order = sorted((i for i, ids in enumerate(encoded) if ids),
+                   key=lambda i: len(encoded[i]))
+    out = [""] * len(lines)
+    for start in range(0, len(order), batch_size):
+        rows = order[start:start + batch_size]
+        src = torch.nn.utils.rnn.pad_sequence(
+            [torch.tensor(encoded[i]) for i in rows], batch_first=True,
+            padding_value=c.pad_id)                                            # (B, S)
+        ids = engine.decode(src, beam, max_len, length_penalty)                # (B, T)
+        for i, row in zip(rows, ids.tolist()):
+            out[i] = tokenizer.decode(row)
+    return out
+
+
+__all__ = ['run_export_ctranslate2']
