@@ -1,7 +1,7 @@
 """Generated from book/appendix_serving.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: d53e7bf31fc06a50
+# digest: 684bedcf819a5f3d
 # fmt: off
 
 # [book/appendix_serving.ipynb, cell f137de59]
@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, cast
 
@@ -330,7 +331,12 @@ def quantize_int8(model: Transformer) -> Transformer:
              if isinstance(module, nn.Linear)
              and not name.endswith("cross_attn.in_proj")}
     quantized = copy.deepcopy(model).cpu().eval()
-    return torch.ao.quantization.quantize_dynamic(quantized, names, dtype=torch.qint8)
+    with warnings.catch_warnings():      # torch's notice that this API will move
+        warnings.filterwarnings("ignore", message=".*quantiz", category=UserWarning)
+        warnings.filterwarnings("ignore", message=".*quantiz",
+                                category=DeprecationWarning)
+        return torch.ao.quantization.quantize_dynamic(quantized, names,
+                                                      dtype=torch.qint8)
 
 
 __all__ = [
