@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: fa3f02bc0819b53f
+# digest: b5ab5a6ca275e36e
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell c1ea5234]
@@ -205,8 +205,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     try:
         return args.func(args)
     except Interrupted as exc:
+        _forget_unhandled_interrupt()
         return _report(f"{where}: {exc}", exc.status)
     except KeyboardInterrupt:
+        _forget_unhandled_interrupt()
         return _report(f"{where}: interrupted", 130)
     except UsageError as exc:
         return _report(f"{where}: error: {exc} (see --help)", 2)
@@ -216,6 +218,15 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     except Exception as exc:                 # a bug: still one line, with its type
         message = " ".join(str(exc).split())
         return _report(f"{where}: error: {type(exc).__name__} {message}".rstrip(), 1)
+
+
+def _forget_unhandled_interrupt() -> None:
+    """Keep the exit status we return after a Ctrl-C. CPython notes a KeyboardInterrupt
+    that escapes code run from a string by ``exec`` (dataclasses build their methods so,
+    and a Ctrl-C during an import can land there); at exit it then kills the process
+    with SIGINT, whatever status ``main`` returned. Code run from a string that ends
+    normally clears that note."""
+    exec("pass")
 
 
 def _report(line: str, status: int) -> int:
