@@ -277,6 +277,29 @@ def test_static_cache_equals_growing_cache_bit_for_bit():
     with pytest.raises(ValueError, match="capacity"):
         AttentionCache().reserve(0)
 
+@pytest.mark.parametrize("grad", [False, True])
+def test_static_cache_reorders_equal_the_growing_cache_with_and_without_autograd(grad):
+    """A static cache's reorder gathers into spare buffers and swaps them in (under no_grad), or gathers and
+    writes back (when the cached tensors need gradients): after several reorders, batch sizes changing, its keys,
+    values and outputs are the growing cache's, bit for bit."""
+    torch.manual_seed(1)
+    mha = MultiHeadAttention(16, 4).eval()
+    x = torch.randn(2, 6, 16)
+    grow, static = AttentionCache(), AttentionCache()
+    static.reserve(6)
+    indexes = [torch.tensor([1, 1, 0, 0, 1, 0]), torch.tensor([5, 0, 2, 2, 3, 1]), torch.tensor([4, 4, 0])]
+    with torch.set_grad_enabled(grad):
+        for t in range(6):
+            a, b = mha(x[:, t:t + 1], cache=grow), mha(x[:, t:t + 1], cache=static)
+            assert torch.equal(a, b) and torch.equal(grow.k, static.k) and torch.equal(grow.v, static.v)
+            if t < len(indexes):
+                x = x.index_select(0, indexes[t])
+                grow.reorder(indexes[t])
+                static.reorder(indexes[t])
+                assert torch.equal(grow.k, static.k) and torch.equal(grow.v, static.v)
+    assert static.k.requires_grad == grad and static.k.shape == (3, 4, 6, 4)
+
+
 def test_cross_attention_cache_is_reused():
     torch.manual_seed(0)
     mha = MultiHeadAttention(16, 4).eval()

@@ -169,6 +169,20 @@ def test_cache_reorder_selects_rows():
     assert cache.layers[1].cross_attn.k.shape[0] == 3
 
 
+def test_cache_reorder_without_cross_leaves_the_cross_attention_caches():
+    torch.manual_seed(0)
+    dec = tl.Decoder(LayerConfig(D, H, FF, 0.0), 2).eval()
+    x, mem = torch.randn(3, 2, D), torch.randn(3, 5, D)
+    cache = tl.KVCache(2)
+    with torch.no_grad():
+        dec(x, mem, tl.causal_mask(2), None, cache)
+        before = [(layer.self_attn.k.clone(), layer.cross_attn.k) for layer in cache.layers]
+        cache.reorder(torch.tensor([2, 0, 1]), cross=False)
+    for (self_k, cross_k), layer in zip(before, cache.layers):
+        assert layer.cross_attn.k is cross_k                                # not touched
+        assert torch.equal(layer.self_attn.k, self_k[[2, 0, 1]])
+
+
 def test_cross_attention_weights_are_a_distribution_over_real_source_tokens():
     torch.manual_seed(0)
     layer = tl.DecoderLayer(LayerConfig(D, H, FF, 0.0)).eval()

@@ -628,6 +628,28 @@ def test_stepper_reorder_keeps_the_chosen_rows(model, src):
         torch.testing.assert_close(cached.step(ys), fresh.step(ys), rtol=1e-9, atol=1e-9)
 
 
+def test_stepper_reorder_beams_equals_reorder_within_each_sentence(model, src):
+    """reorder_beams (beam search after its first step) moves only the self-attention caches: for an index
+    that keeps each row among its sentence's rows, the logits equal a full reorder's."""
+    k, B = 3, src.size(0)
+    expand = torch.arange(B).repeat_interleave(k)                             # B rows -> B·k
+    within = (torch.arange(B)[:, None] * k + torch.tensor([2, 0, 0])).view(-1)
+    first = torch.full((B, 1), BOS)
+    with decoding_mode(model):
+        a, b = Stepper(model, src, max_len=5), Stepper(model, src, max_len=5)
+        tokens = a.step(first).argmax(-1)
+        b.step(first)
+        a.reorder(expand)
+        b.reorder(expand)
+        ys = torch.cat([first, tokens[:, None]], 1)[expand]                   # (B·k, 2)
+        ys = torch.cat([ys, a.step(ys).argmax(-1)[:, None]], 1)
+        b.step(ys[:, :2])
+        a.reorder(within)
+        b.reorder_beams(within)
+        ys = ys[within]
+        assert torch.equal(a.step(ys), b.step(ys))
+
+
 def test_stepper_never_offers_pad_or_bos_and_refuses_a_prefix_out_of_step(model, src):
     with decoding_mode(model):
         stepper = start_decoding(model, src)

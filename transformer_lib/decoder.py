@@ -1,7 +1,7 @@
 """Generated from book/08_decoder.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: cd36ee5d4742db73
+# digest: 4b224022ca61fc7b
 # fmt: off
 
 # [book/08_decoder.ipynb, cell b698ca2c]
@@ -57,15 +57,17 @@ class KVCache:
         for layer in self.layers:
             layer.self_attn.reserve(max_len)
 
-    def reorder(self, index: torch.Tensor) -> None:
+    def reorder(self, index: torch.Tensor, cross: bool = True) -> None:
         """Keep batch rows ``index`` (in that order) of every cached tensor: the beams
-        that survive a step."""
+        that survive a step. ``cross=False`` leaves the cross-attention caches as they
+        are, which is right when each new row comes from a row of the same source
+        sentence (beam search after its first step): those rows hold the same keys."""
         if (not isinstance(index, torch.Tensor) or index.dim() != 1
                 or index.dtype.is_floating_point):
             raise ValueError("index must be a 1-D integer tensor of batch rows")
         for layer in self.layers:
             layer.self_attn.reorder(index)
-            if layer.cross_attn is not None:
+            if cross and layer.cross_attn is not None:
                 layer.cross_attn.reorder(index)
 
 

@@ -1,7 +1,7 @@
 """Generated from book/11_decoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: e18a3da71fba5975
+# digest: 766012183e8bcabd
 # fmt: off
 
 # [book/11_decoding.ipynb, cell 93fe1f50]
@@ -216,9 +216,12 @@ def beam_search_unchecked(model: Seq2SeqModel, src: torch.Tensor, beam_size: int
     with decoding_mode(model):
         stepper = make_stepper(model, src, use_cache, max_len)
         beams = _Beams(c, src.size(0), k, max_len, score, src.device)
+        # after the first step each sentence's rows stay its own: the source's need
+        # not move (Stepper.reorder_beams)
+        within = getattr(stepper, "reorder_beams", stepper.reorder)
         for t in range(1, max_len + 1):                  # t tokens after this step
             index = beams.advance(stepper.step(beams.ys), t)
-            stepper.reorder(index)                       # cache, memory, mask follow
+            (stepper.reorder if t == 1 else within)(index)    # B rows -> B·k at t = 1
             # out of room: the sentences whose limit is t (known on the host)
             out_of_room = limit == t if t in ends else None
             if beams.stop(t, early_stopping, out_of_room):   # the step's one sync

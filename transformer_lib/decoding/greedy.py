@@ -1,7 +1,7 @@
 """Generated from book/11_decoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 3e799e0ed904262f
+# digest: f286227a1a4394a8
 # fmt: off
 
 # [book/11_decoding.ipynb, cell 5814e656]
@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import torch
 
 from transformer_lib.checks import check_int, check_token_ids
+from transformer_lib.decoder import KVCache
 from transformer_lib.masks import padding_mask
 from transformer_lib.model import Transformer, check_ids
 from transformer_lib.training.evaluation import (check_seq2seq, decode_loop,
@@ -53,7 +54,9 @@ class Seq2SeqModel(Protocol):
 class DecodingStepper(Protocol):
     """What the decoding loops call once per step: ``step(ys)``, prefixes (N, t) that
     start with bos -> the next token's logits (N, V), float32, with pad and bos at -inf;
-    ``reorder(index)``, keep rows ``index`` (the beams that survive a step)."""
+    ``reorder(index)``, keep rows ``index`` (the beams that survive a step). Beam search
+    calls ``reorder_beams(index)`` instead, after its first step, when a stepper has
+    one (:meth:`Stepper.reorder_beams`)."""
 
     def step(self, ys: torch.Tensor) -> torch.Tensor: ...
 
@@ -189,6 +192,16 @@ class Stepper:
         self.memory = self.memory.index_select(0, index)
         self.src_mask = self.src_mask.index_select(0, index)
         if self.cache is not None:
+            self.cache.reorder(index)
+
+    def reorder_beams(self, index: torch.Tensor) -> None:
+        """:meth:`reorder` for an ``index`` that keeps each row among the rows of its
+        own source sentence (beam search after its first step). The memory, the mask
+        and the cross-attention keys and values are equal along those rows: only the
+        self-attention caches move."""
+        if isinstance(self.cache, KVCache):
+            self.cache.reorder(index, cross=False)
+        elif self.cache is not None:                   # a cache of another kind
             self.cache.reorder(index)
 
 
