@@ -279,9 +279,8 @@ def test_static_cache_equals_growing_cache_bit_for_bit():
 
 @pytest.mark.parametrize("grad", [False, True])
 def test_static_cache_reorders_equal_the_growing_cache_with_and_without_autograd(grad):
-    """A static cache's reorder gathers into spare buffers and swaps them in (under no_grad), or gathers and
-    writes back (when the cached tensors need gradients): after several reorders, batch sizes changing, its keys,
-    values and outputs are the growing cache's, bit for bit."""
+    """After several reorders, batch sizes changing, with autograd on and off, a static cache's keys, values
+    and outputs are the growing cache's, bit for bit."""
     torch.manual_seed(1)
     mha = MultiHeadAttention(16, 4).eval()
     x = torch.randn(2, 6, 16)

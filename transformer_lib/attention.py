@@ -2,7 +2,7 @@
 Extended by book/13_modern.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 1fc2b0cc9dddd962
+# digest: 07fd14af31d5d335
 # fmt: off
 
 # [book/03_attention.ipynb, cell 543feaed]
@@ -303,7 +303,6 @@ class AttentionCache:
     v: torch.Tensor | None = None
     capacity: int | None = None            # static: room for this many positions
     _room: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, init=False)
-    _spare: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, init=False)
 
     @property
     def length(self) -> int:                   # how many key positions are cached
@@ -341,29 +340,11 @@ class AttentionCache:
         return room_k[:, :, :end], room_v[:, :, :end]
 
     def reorder(self, index: torch.Tensor) -> None:
-        """Keep batch rows ``index`` (in that order): the beams that survive a step. A
-        static cache gathers them into a second pair of buffers, which then become the
-        live ones: one copy, not a gather and a copy back."""
-        if self.k is None or self.v is None:
-            return
-        index = index.to(self.k.device)
-        if self.capacity is None:
-            self.k, self.v = (self.k.index_select(0, index),
-                              self.v.index_select(0, index))
-            return
-        t, (k, v) = self.length, (self.k, self.v)
-        if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
-            k, v = k.index_select(0, index), v.index_select(0, index)   # out= would
-            self.k, self.v = self._write(k, v, 0)                # not record gradients
-            return
-        if self._spare is None or self._spare[0].size(0) != index.numel():
-            shape = (index.numel(), *k.shape[1:2], cast(int, self.capacity), k.size(3))
-            self._spare = k.new_empty(shape), v.new_empty(shape)
-        spare_k, spare_v = self._spare
-        torch.index_select(k, 0, index, out=spare_k[:, :, :t])
-        torch.index_select(v, 0, index, out=spare_v[:, :, :t])
-        self._room, self._spare = self._spare, self._room
-        self.k, self.v = spare_k[:, :, :t], spare_v[:, :, :t]
+        """Keep batch rows ``index`` (in that order): the beams that survive a step."""
+        if self.k is not None and self.v is not None:
+            index = index.to(self.k.device)
+            k, v = self.k.index_select(0, index), self.v.index_select(0, index)
+            self.k, self.v = (k, v) if self.capacity is None else self._write(k, v, 0)
 
 
 __all__ = ['check_mask', 'attention', 'MultiHeadAttention', 'AttentionCache']
