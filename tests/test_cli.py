@@ -130,7 +130,7 @@ def test_train_with_aligned_files_and_epochs(corpus, tmp_path):
     (["translate", "--model", "m", "--beam", "0"], "--beam"),
     (["translate", "--model", "m", "--beam", "4", "--sample"], "not allowed with"),
     (["fly"], "invalid choice"),
-    ([], "{train,translate,convert-marian,export-ctranslate2}"),
+    ([], "{train,translate,average,convert-marian,export-ctranslate2}"),
 ])
 def test_bad_options_give_one_line(argv, needle, capsys):
     with pytest.raises(SystemExit) as exc:

@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: b5ab5a6ca275e36e
+# digest: 59df036efaa86288
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell c1ea5234]
@@ -17,6 +17,7 @@ from transformer_lib.training.precision import PRECISIONS
 from transformer_lib.cli.common import DECODER_DEFAULTS, MIN_VOCAB, MODEL_DEFAULTS
 from transformer_lib.cli.common import Interrupted, OneLineParser, number_option
 from transformer_lib.cli.common import UsageError, log_line
+from transformer_lib.cli.average import run_average
 from transformer_lib.cli.serve import run_export_ctranslate2
 from transformer_lib.cli.train import run_train
 from transformer_lib.cli.translate import run_translate
@@ -103,6 +104,9 @@ def _add_train_parser(sub) -> None:
     add("--val-every", type=_count0, default=1000, help="validation interval (0: end)")
     add("--checkpoint-every", type=_count0, default=1000,
         help="write checkpoint.pt every N steps (0: only at the start and the end)")
+    add("--keep-checkpoints", type=_count0, metavar="N", help="also keep copies of "
+        "the last N of those checkpoints in checkpoints/, for 'average --last N' "
+        "(default: 0; a resumed run keeps its run's)")
     add("--threads", type=_count, help="CPU threads (default: PyTorch's choice)")
     add("--no-progress", action="store_true",
         help="a log line every tenth of the run instead of a progress bar")
@@ -176,17 +180,39 @@ def _add_convert_parser(sub) -> None:
     c.set_defaults(func=run_convert_marian)
 
 
+# [book/appendix_cli.ipynb, cell d959b5aa]
+def _add_average_parser(sub) -> None:
+    a = sub.add_parser(
+        "average", formatter_class=_HelpFormatter,
+        help="average checkpoints into a model directory",
+        description="Average the weights of several checkpoints of one model (model "
+        "directories, checkpoint files, or with --last N the last N checkpoints that "
+        "'train --keep-checkpoints' kept) and write a model directory that 'translate' "
+        "reads: config.json, tokenizer.json, model.safetensors, and averaged.json, "
+        "which names each input and its step.")
+    add = a.add_argument
+    add("inputs", nargs="+", metavar="INPUT", help="model directories or checkpoint "
+        "files (checkpoint.pt, checkpoints/step-NNNNNN.pt); with --last, one run")
+    add("--last", type=_count, metavar="N",
+        help="average the last N checkpoints kept by the run INPUT")
+    add("--out", required=True, metavar="DIR", help="the model directory to write")
+    add("--force", action="store_true", help="write into an --out that holds files "
+        "(a model's files there are replaced)")
+    a.set_defaults(func=run_average)
+
+
 def build_parser(prog: str = "transformer-lib") -> argparse.ArgumentParser:
-    """The parser of the subcommands (``train``, ``translate``, ``convert-marian``,
-    ``export-ctranslate2``)."""
+    """The parser of the subcommands (``train``, ``translate``, ``average``,
+    ``convert-marian``, ``export-ctranslate2``)."""
     parser = OneLineParser(
         prog=prog, formatter_class=_HelpFormatter, description="Train an "
         "encoder-decoder Transformer on a parallel corpus, and translate.")
-    sub = parser.add_subparsers(dest="command", required=True,
-                                metavar="{train,translate,convert-marian,export-ctranslate2}",
+    commands = "{train,translate,average,convert-marian,export-ctranslate2}"
+    sub = parser.add_subparsers(dest="command", required=True, metavar=commands,
                                 parser_class=OneLineParser)
     _add_train_parser(sub)
     _add_translate_parser(sub)
+    _add_average_parser(sub)
     _add_convert_parser(sub)
     _add_export_parser(sub)
     return parser

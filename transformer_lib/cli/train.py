@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 102c766d689cd6be
+# digest: 451bd3dd76f69ab4
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell cli-train-imports]
@@ -33,6 +33,7 @@ from transformer_lib.cli.common import bucket_loader, log_line, start_processes
 from transformer_lib.cli.common import Progress
 from transformer_lib.cli.record import check_run_record, check_steps, fingerprint
 from transformer_lib.cli.record import write_run_record
+from transformer_lib.cli.average import keep_checkpoints_option, remove_kept
 
 
 # [book/appendix_cli.ipynb, cell f2e925ab]
@@ -71,6 +72,7 @@ def _check_out(out: Path, resume: bool, force: bool, rank: int) -> None:
         if force and not resume:
             for name in MODEL_FILES:
                 (out / name).unlink(missing_ok=True)
+            remove_kept(out)
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise ModelDirError(f"--out {out}: cannot write there ({reason})") from None
@@ -253,6 +255,7 @@ def _train(args, rank: int, world: int, device: torch.device) -> int:
     args.warmup = args.warmup or min(4000, max(1, steps // 4))
     if args.resume:
         check_steps(args, steps, checkpoint)
+    keep = keep_checkpoints_option(args, out, steps, rank)      # --keep-checkpoints
     record = {k: v for k, v in vars(args).items() if k != "func"}
     if rank == 0 and not args.resume:
         write_run_record(out, {"args": record, "corpus": corpus, "steps": 0})
@@ -280,7 +283,7 @@ def _train(args, rank: int, world: int, device: torch.device) -> int:
                        if val_loader is not None else None,
                        log_every=every, on_step=progress.on_step,
                        checkpoint_path=str(checkpoint),
-                       checkpoint_every=args.checkpoint_every,
+                       checkpoint_every=args.checkpoint_every, on_checkpoint=keep,
                        resume_from=str(checkpoint) if args.resume else None,
                        resume_keys={"corpus": corpus, "batch_tokens": args.batch_tokens,
                                     "seed": args.seed})

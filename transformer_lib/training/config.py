@@ -1,7 +1,7 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 92c8666d19a04b2b
+# digest: e6deecd9bee593fb
 # fmt: off
 
 # [book/10_training.ipynb, cell 18265bcd]
@@ -61,7 +61,7 @@ class TrainConfig:
     per epoch, of another ``accum_steps`` or number of processes, or whose
     ``resume_keys`` differ (:class:`CheckpointError`). ``resume_keys``: plain values a
     resumed run must keep (a digest of the data, the batch size, a seed), written into
-    every checkpoint."""
+    every checkpoint; rank 0 calls ``on_checkpoint(step, path)`` after writing one."""
 
     steps: int
     val_loader: Iterable | None = None
@@ -78,6 +78,7 @@ class TrainConfig:
     progress: bool = True
     on_step: Callable[[int, dict | None], None] | None = None
     resume_keys: dict | None = None
+    on_checkpoint: Callable[[int, str], None] | None = None
 
     def __post_init__(self) -> None:
         self.steps = check_int(self.steps, "steps", minimum=0)
@@ -88,8 +89,10 @@ class TrainConfig:
         if self.clip_norm is not None:
             self.clip_norm = check_float(self.clip_norm, "clip_norm", 0, low_open=True)
         amp_dtype(self.amp, "amp")                   # a ValueError names a bad amp
-        if self.on_step is not None and not callable(self.on_step):
-            raise TypeError(f"on_step must be callable, got {self.on_step!r}")
+        for name in ("on_step", "on_checkpoint"):        # None or a function
+            hook = getattr(self, name)
+            if hook is not None and not callable(hook):
+                raise TypeError(f"{name} must be callable, got {hook!r}")
         if self.resume_keys is not None and not isinstance(self.resume_keys, dict):
             raise TypeError(f"resume_keys must be a dict, got {self.resume_keys!r}")
 

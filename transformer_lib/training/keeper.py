@@ -2,7 +2,7 @@
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 68b0e41daa4c369c
+# digest: 64d899d1a5a20e04
 # fmt: off
 
 # [book/10_training.ipynb, cell 1ae85b79]
@@ -132,7 +132,8 @@ class FileKeeper(Keeper):
         """Checkpoint the run at ``pos`` to ``checkpoint_path``, if there is one, after
         checking the losses not yet logged (save_checkpoint checks the weights). It
         holds the random states of every rank, except after an interrupt under DDP (no
-        ``barrier``: the ranks may not all be here), where it holds rank 0's only."""
+        ``barrier``: the ranks may not all be here), where it holds rank 0's only.
+        Rank 0 then calls ``on_checkpoint(step, path)``, if the run has one."""
         run, path = self.run, self.run.config.checkpoint_path
         if not path:
             return
@@ -149,6 +150,8 @@ class FileKeeper(Keeper):
                             accum_steps=run.config.accum_steps,
                             resume_keys=run.config.resume_keys)
             self.saved_step = pos.step
+            if run.config.on_checkpoint is not None:     # e.g. keep a copy of the file
+                run.config.on_checkpoint(pos.step, os.fspath(path))
         if barrier and is_distributed():
             torch.distributed.barrier()
 

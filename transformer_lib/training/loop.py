@@ -2,7 +2,7 @@
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 2ed8a6851b132ad4
+# digest: 0a9525d2c322332c
 # fmt: off
 
 # [book/10_training.ipynb, cell 4bdf88f1]
@@ -45,6 +45,7 @@ def train(model: nn.Module, train_loader: Iterable, optimizer: torch.optim.Optim
           resume_from: str | os.PathLike | None = None, progress: bool = True,
           on_step: Callable[[int, dict | None], None] | None = None,
           resume_keys: dict | None = None,
+          on_checkpoint: Callable[[int, str], None] | None = None,
           config: TrainConfig | None = None) -> TrainHistory:
     """Train ``model`` for ``steps`` optimizer updates (in total, counting those of a
     resumed run) on the batches of ``train_loader`` (``src, tgt_in, tgt_out``, see
@@ -69,7 +70,7 @@ def train(model: nn.Module, train_loader: Iterable, optimizer: torch.optim.Optim
                     accum_steps=accum_steps, amp=amp, log_every=log_every,
                     checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
                     resume_from=resume_from, progress=progress, on_step=on_step,
-                    resume_keys=resume_keys)
+                    resume_keys=resume_keys, on_checkpoint=on_checkpoint)
     run = Run.start(model, optimizer, scheduler, loss_fn, cfg)
     run.epoch_length = _length(train_loader)
     keeper, history, losses = _KEEPER(run), TrainHistory(), LossLog(run.device)

@@ -1,0 +1,256 @@
+"""Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
+
+Regenerate with ``python tools/export.py``."""
+# digest: f73300af18749463
+# fmt: off
+
+# [book/appendix_cli.ipynb, cell bc585d87]
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import torch
+
+from transformer_lib.model import Transformer
+from transformer_lib.training.averaging import average_state_dicts
+from transformer_lib.training.checkpoint import load_checkpoint
+from transformer_lib.training.files import atomic_write, remove_stale_temporaries
+from transformer_lib.translation.model_dir import (
+    CHECKPOINT_FILE, CONFIG_FILE, TOKENIZER_FILE, TOKENIZER_KIND_FILE, TRAINING_FILE,
+    ModelDirError, load_config_and_tokenizer, load_model_dir, save_model_dir)
+from transformer_lib.translation.tokenizer import BPETokenizer
+from transformer_lib.cli.common import UsageError, log_line
+from transformer_lib.cli.record import write_run_record
+
+#: the folder of a run's kept checkpoints, their names (checkpoints/step-000600.pt),
+#: and the record of what an averaged model directory averaged
+KEPT_DIR, KEPT_NAME = "checkpoints", re.compile(r"step-(\d+)\.pt")
+AVERAGED_FILE = "averaged.json"
+
+
+def kept_checkpoints(run) -> list[tuple[int, Path]]:
+    """(step, file) of each checkpoint the run directory ``run`` keeps, oldest first."""
+    folder = Path(run) / KEPT_DIR
+    names = os.listdir(folder) if folder.is_dir() else []
+    return sorted((int(m.group(1)), folder / name) for name in names
+                  if (m := KEPT_NAME.fullmatch(name)))
+
+
+class CheckpointCopies:
+    """Chapter 10's ``on_checkpoint`` for ``--keep-checkpoints N``: when ``train`` has
+    written checkpoint.pt after a step that is a multiple of ``every`` or the run's
+    ``last``, a copy goes to checkpoints/step-NNNNNN.pt, written atomically; only then
+    are the copies older than the last ``keep`` removed."""
+
+    def __init__(self, run, keep: int, every: int, last: int):
+        self.run, self.keep, self.every, self.last = Path(run), keep, every, last
+
+    def due(self, step: int) -> bool:
+        return step > 0 and (step == self.last or
+                             self.every > 0 and step % self.every == 0)
+
+    def __call__(self, step: int, path: str) -> None:
+        if self.due(step):
+            self.copy(step, Path(path))
+
+    def copy(self, step: int, checkpoint: Path) -> None:
+        folder = self.run / KEPT_DIR
+        folder.mkdir(exist_ok=True)
+        atomic_write(folder / f"step-{step:06d}.pt",
+                     lambda tmp: shutil.copyfile(checkpoint, tmp))
+        for old_step, old in kept_checkpoints(self.run)[:-self.keep]:
+            if old_step != step:
+                old.unlink(missing_ok=True)
+        for name in os.listdir(folder):       # what the copies of killed runs left
+            left = re.fullmatch(r"(step-\d+\.pt)\.tmp\d+(\.\w+)?", name)
+            if left:
+                remove_stale_temporaries(folder / left.group(1))
+
+
+# [book/appendix_cli.ipynb, cell fcd50cf7]
+def keep_checkpoints_option(args, out: Path, steps: int,
+                            rank: int) -> CheckpointCopies | None:
+    """``--keep-checkpoints N`` as the ``on_checkpoint`` of chapter 10's ``train``
+    (None for N = 0, and on the ranks other than 0, which write no file). A resumed
+    run keeps its run's N unless the option is given, and then records the new N in
+    training.json for the next resume; a copy that a killed run still owed is made
+    now."""
+    if rank != 0:
+        return None
+    record = _read_json(out / TRAINING_FILE) if args.resume else None
+    saved = record["args"].get("keep_checkpoints") if record else None
+    if args.keep_checkpoints is None:
+        args.keep_checkpoints = saved or 0
+    elif record and (saved or 0) != args.keep_checkpoints:
+        record["args"]["keep_checkpoints"] = args.keep_checkpoints
+        write_run_record(out, record)
+    if not args.keep_checkpoints:
+        return None
+    copies = CheckpointCopies(out, args.keep_checkpoints, args.checkpoint_every, steps)
+    if args.resume:           # checkpoint.pt written, its copy not: the run was killed
+        done = torch.load(out / CHECKPOINT_FILE, map_location="cpu", weights_only=True,
+                          mmap=True)["step"]
+        owed = copies.due(done) or done == (record or {}).get("steps")
+        if owed and done > 0 and done not in dict(kept_checkpoints(out)):
+            copies.copy(done, out / CHECKPOINT_FILE)
+    return copies
+
+
+def _read_json(file: Path) -> dict | None:
+    """A run's record (a dict holding a dict ``args``), or None if it has none."""
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    ok = isinstance(data, dict) and isinstance(data.get("args"), dict)
+    return data if ok else None
+
+
+def remove_kept(out: Path) -> None:
+    """``--force``: the kept checkpoints and the averaging record of the model that was
+    in ``out`` go with it (they would be taken for the new model's)."""
+    for _, file in kept_checkpoints(out):
+        file.unlink()
+    with contextlib.suppress(OSError):
+        (out / KEPT_DIR).rmdir()                   # if nothing else is left in it
+    (out / AVERAGED_FILE).unlink(missing_ok=True)
+
+
+# [book/appendix_cli.ipynb, cell 40c5abce]
+def _locate(name: str) -> tuple[Path, Path | None]:
+    """An input of ``average`` -> (the model directory it belongs to, the checkpoint
+    file; None for the directory's own model.safetensors). A checkpoint file belongs to
+    the directory that holds it, or to the run around its checkpoints/ folder."""
+    path = Path(name)
+    if path.is_dir():
+        return path, None
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such model directory or checkpoint file")
+    homes = [path.parent, *([path.parent.parent] if path.parent.name == KEPT_DIR
+                            else [])]
+    for home in homes:
+        if (home / CONFIG_FILE).is_file():
+            return home, path
+    raise ModelDirError(f"{path}: no {CONFIG_FILE} beside it: a checkpoint file is "
+                        "averaged in the model directory that holds it")
+
+
+def _inputs(args) -> list[tuple[Path, Path | None]]:
+    """The inputs, checked: they exist, none is named twice, and ``--last N`` finds N
+    checkpoints kept by its run."""
+    if args.last is None:
+        found = [_locate(name) for name in args.inputs]
+    else:
+        if len(args.inputs) != 1:
+            raise UsageError(f"--last {args.last}: takes one run directory, got "
+                             f"{len(args.inputs)} inputs")
+        run = Path(args.inputs[0])
+        if not run.is_dir():
+            what = "not a directory" if run.exists() else "no such run directory"
+            raise FileNotFoundError(f"--last {args.last}: {run}: {what}")
+        kept = kept_checkpoints(run)
+        if len(kept) < args.last:
+            steps = ", ".join(str(step) for step, _ in kept) or "none"
+            raise ValueError(f"--last {args.last}: {run / KEPT_DIR} holds {len(kept)} "
+                             f"checkpoints (steps: {steps}); train with "
+                             f"--keep-checkpoints {args.last} or more to keep them")
+        found = [(run, file) for _, file in kept[-args.last:]]
+    seen: set[Path] = set()
+    for home, file in found:
+        where = (file or home).resolve()
+        if where in seen:
+            raise UsageError(f"{file or home}: given twice (it would count twice in "
+                             "the mean)")
+        seen.add(where)
+    return found
+
+
+def _check_average_out(out: Path, found, force: bool) -> None:
+    """``--out``: not the directory of an input, and new or empty unless ``--force``;
+    made now, so that a path that cannot be written is found before anything is read."""
+    if any(out.resolve() == home.resolve() for home, _ in found):
+        raise UsageError(f"--out {out}: is the directory of an input: write the "
+                         "average to a new directory")
+    if out.exists() and not out.is_dir():
+        raise ModelDirError(f"--out {out}: a file, not a directory")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise ModelDirError(f"--out {out}: is not empty: choose a new directory, or "
+                            "pass --force to replace the model there")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ModelDirError(f"--out {out}: cannot write there "
+                            f"({exc.strerror or type(exc).__name__})") from None
+
+
+# [book/appendix_cli.ipynb, cell 06b447d2]
+def _same_model(home: Path, first: Path, config, tokenizer) -> None:
+    """Refuse an input of another model than the first one: its config.json (every
+    field but the dropout) or its tokenizer differs. The message names the file."""
+    other, other_tokenizer = load_config_and_tokenizer(home)
+    mine, theirs = config.to_dict(), other.to_dict()
+    differ = [f"{k}={theirs.get(k)!r}, not {mine.get(k)!r}"
+              for k in sorted(mine.keys() | theirs.keys())
+              if k != "dropout" and mine.get(k) != theirs.get(k)]
+    why = "only checkpoints of one model can be averaged"
+    if differ:
+        raise ModelDirError(f"{home / CONFIG_FILE}: another model than "
+                            f"{first / CONFIG_FILE} ({'; '.join(differ[:3])}): {why}")
+    if not (isinstance(other_tokenizer, BPETokenizer)
+            and other_tokenizer.to_json() == tokenizer.to_json()):
+        raise ModelDirError(f"{home / TOKENIZER_FILE}: another tokenizer than "
+                            f"{first / TOKENIZER_FILE}: {why}")
+
+
+def _weights(home: Path, file: Path | None, model) -> tuple[dict, int | None]:
+    """One input's weights and step: a checkpoint file's, checked against ``model`` by
+    chapter 10's ``load_checkpoint``, or the directory's model.safetensors (its step
+    from training.json)."""
+    if file is not None:
+        state = load_checkpoint(file, model)
+        return state["model"], state["step"]
+    step = (_read_json(home / TRAINING_FILE) or {}).get("steps")
+    weights = load_model_dir(home, "cpu")[0].state_dict()
+    return weights, step if isinstance(step, int) else None
+
+
+def run_average(args) -> int:
+    """``average``: the mean of the weights of several checkpoints of one model
+    (chapter 10's ``average_state_dicts``), written as a model directory that
+    ``translate`` reads, with averaged.json, which names each input and its step."""
+    out = Path(args.out)
+    found = _inputs(args)
+    _check_average_out(out, found, args.force)
+    first = found[0][0]
+    config, tokenizer = load_config_and_tokenizer(first)
+    if not isinstance(tokenizer, BPETokenizer):
+        raise ModelDirError(f"{first}: its tokenizer is not a BPETokenizer: only "
+                            "models trained by the train command can be averaged")
+    for home in {home.resolve(): home for home, _ in found}.values():
+        if home.resolve() != first.resolve():          # each other directory, once
+            _same_model(home, first, config, tokenizer)
+    model = Transformer(config)
+    states, inputs = [], []
+    for home, file in found:
+        weights, step = _weights(home, file, model)
+        states.append(weights)
+        inputs.append({"path": str((file or home).resolve()), "step": step})
+    model.load_state_dict(average_state_dicts(states))
+    if args.force:                  # the files of the model that was there, if any
+        for name in (CHECKPOINT_FILE, TRAINING_FILE, TOKENIZER_KIND_FILE):
+            (out / name).unlink(missing_ok=True)
+        remove_kept(out)
+    save_model_dir(out, model, tokenizer)
+    text = json.dumps({"averaged": inputs}, indent=2) + "\n"
+    atomic_write(out / AVERAGED_FILE, text)
+    steps = ", ".join("?" if i["step"] is None else str(i["step"]) for i in inputs)
+    log_line(f"averaged {len(inputs)} checkpoints (steps {steps}) into {out}")
+    return 0
+
+
+__all__ = ['run_average']
