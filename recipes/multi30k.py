@@ -1,0 +1,452 @@
+#!/usr/bin/env python
+"""Multi30k German -> English with the book's command-line tool: train, translate, score, record.
+
+Given a folder holding the Multi30k task 1 raw files (train, val and test_2016_flickr, each ``.de`` and
+``.en``, plain or gzipped; published at https://github.com/multi30k/dataset in data/task1/raw; this script
+never downloads anything), it
+
+1. writes the training and validation pairs in the tool's corpus format (TSV) into ``--work``;
+2. trains with ``python -m transformer_lib train`` (the issue's model: d_model 256, 4 heads, 3 + 3 layers,
+   d_ff 1024, byte-level BPE 8000, ``--batch-tokens 5000`` (about 4,600 target tokens a batch on this data;
+   the result records the measured mean), warm-up 400, 1500 updates), keeping the last checkpoints;
+   on a GPU with ``--device cuda --precision bf16``;
+3. translates test2016 greedy and with beam 4 (``translate``), averages the last checkpoints (``average``)
+   and translates greedy with the average too;
+4. scores with sacreBLEU (corpus BLEU with its signature, and a bootstrap interval) and chrF, with a paired
+   bootstrap interval of averaged - last BLEU;
+5. writes the result JSON (default ``benchmarks/results/multi30k.json``) atomically: date, commit,
+   machine, options, run times, the validation loss curve, the scores and 20 sample translations.
+
+Running it again with the same ``--work`` continues: training resumes from the run's checkpoint (the
+tool's ``--resume``), or is skipped when it has made its ``--steps``; translations of an unchanged model
+are reused. ``--smoke`` runs the same steps on 1000 pairs with a tiny model for 30 updates (the tests).
+
+Usage: ``python recipes/multi30k.py --data DIR [--work DIR] [--out FILE] [--steps N] [--smoke]``
+(``--help`` for every option). Exit status: 0; 1 on an error (one line on stderr); 130 after Ctrl-C.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import gzip
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import cast
+
+import numpy as np
+import torch
+
+from transformer_lib.checks import check_float, check_int, check_probability
+from transformer_lib.cli.common import OneLineParser, bucket_loader, number_option
+from transformer_lib.model import Transformer
+from transformer_lib.training.files import atomic_write
+from transformer_lib.translation.corpus import read_aligned, write_tsv
+from transformer_lib.translation.metrics import bleu_ci, bootstrap_ci, corpus_bleu
+from transformer_lib.translation.model_dir import load_config_and_tokenizer
+from transformer_lib.translation.tokenizer import BPETokenizer, encode_pairs
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULT = ROOT / "benchmarks" / "results" / "multi30k.json"
+PUBLISHED = "https://github.com/multi30k/dataset, in data/task1/raw"
+SPLITS = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
+#: the issue's run, and the tiny run of --smoke (its corpus: the first pairs of each split)
+DEFAULTS = {"d_model": 256, "n_heads": 4, "layers": 3, "d_ff": 1024, "dropout": 0.1, "vocab_size": 8000,
+            "batch_tokens": 5000, "warmup": 400, "steps": 1500, "checkpoint_every": 100, "val_every": 100,
+            "keep": 5}
+SMOKE = {"d_model": 32, "n_heads": 2, "layers": 1, "d_ff": 64, "dropout": 0.1, "vocab_size": 400,
+         "batch_tokens": 800, "warmup": 10, "steps": 30, "checkpoint_every": 5, "val_every": 10, "keep": 5}
+SMOKE_PAIRS = {"train": 1000, "valid": 200, "test": 100}
+#: options a run keeps (the tool refuses another value on --resume, or they change what is trained)
+FIXED = ("smoke", "d_model", "n_heads", "layers", "d_ff", "dropout", "vocab_size", "batch_tokens", "warmup",
+         "seed", "lr_factor", "label_smoothing")
+N_SAMPLES, BEAM, N_RESAMPLES, LEVEL = 20, 4, 1000, 0.95
+VAL_LINE = re.compile(r"^step (\d+)/\d+: validation loss (\S+)$")
+LOSS_LINE = re.compile(r"^step (\d+)/\d+: loss (\S+), lr (\S+), ")
+
+
+class RecipeError(Exception):
+    """An error the recipe reports as one line (exit status 1)."""
+
+
+_count = number_option(int, check_int)                                  # an int >= 1
+_rate = number_option(float, check_probability, one=False)              # a float in [0, 1)
+_positive = number_option(float, check_float, low=0.0, low_open=True)   # a float > 0
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """The options, the defaults (the issue's run, or --smoke's) filled in; a bad one is one line."""
+    p = OneLineParser(prog="multi30k.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", required=True, type=Path, help="folder of the Multi30k task 1 raw files")
+    p.add_argument("--work", type=Path, help="folder of the run's files (default: DATA/recipe-work, "
+                   "DATA/recipe-work-smoke with --smoke); the same --work continues a run")
+    p.add_argument("--out", type=Path, help=f"result JSON (default: {RESULT.relative_to(ROOT)}; with --smoke: "
+                   "WORK/multi30k-smoke.json)")
+    p.add_argument("--smoke", action="store_true", help="a tiny model on the first pairs, for tests")
+    for name, value in DEFAULTS.items():
+        p.add_argument("--" + name.replace("_", "-"), type=_rate if name == "dropout" else _count,
+                       help=f"(default: {value}; --smoke: {SMOKE[name]})")
+    p.add_argument("--lr-factor", type=_positive, default=1.0, help="scale of the Noam rate (default: 1.0)")
+    p.add_argument("--label-smoothing", type=_rate, default=0.1, help="(default: 0.1)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the weights and batches (default: 0)")
+    p.add_argument("--device", default="auto", help="auto (cuda when present), cpu, cuda, ... (default: auto)")
+    p.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"], default="auto",
+                   help="training precision; auto: bf16 on a GPU that has it, else fp32 (translation: fp32)")
+    p.add_argument("--threads", type=_count, help="CPU threads of the tool (default: PyTorch's choice)")
+    args = p.parse_args(argv)
+    for name, value in (SMOKE if args.smoke else DEFAULTS).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    args.data = args.data.resolve()
+    args.work = (args.work or args.data / ("recipe-work-smoke" if args.smoke else "recipe-work")).resolve()
+    args.out = (args.out or (args.work / "multi30k-smoke.json" if args.smoke else RESULT)).resolve()
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.precision == "auto":
+        gpu = args.device.startswith("cuda") and torch.cuda.is_available()
+        args.precision = "bf16" if gpu and torch.cuda.is_bf16_supported() else "fp32"
+    return args
+
+
+def raw_file(data: Path, stem: str, lang: str) -> Path:
+    """DATA/stem.lang (or stem.lang.gz); a missing file is one line saying where they are published."""
+    for name in (f"{stem}.{lang}", f"{stem}.{lang}.gz"):
+        if (data / name).is_file():
+            return data / name
+    raise RecipeError(f"--data {data}: no {stem}.{lang} there (nor {stem}.{lang}.gz); the Multi30k task 1 "
+                      f"raw files are published at {PUBLISHED}")
+
+
+def prepare_corpus(args) -> dict:
+    """Check --data, write WORK/corpus/{train,valid}.tsv and test.de / test.en; -> the pairs by split."""
+    if not args.data.is_dir():
+        raise RecipeError(f"--data {args.data}: not a folder; it must hold the Multi30k task 1 raw files, "
+                          f"published at {PUBLISHED}")
+    files = {split: [raw_file(args.data, stem, lang) for lang in ("de", "en")] for split, stem in SPLITS.items()}
+    corpus = args.work / "corpus"
+    corpus.mkdir(parents=True, exist_ok=True)
+    pairs = {}
+    for split, paths in files.items():
+        plain = []
+        for path in paths:
+            if path.suffix == ".gz":           # decompressed beside the corpus, as read_aligned reads text
+                target = corpus / path.name.removesuffix(".gz")
+                atomic_write(target, gzip.decompress(path.read_bytes()))
+                path = target
+            plain.append(path)
+        got = list(read_aligned(*plain))
+        pairs[split] = got[:SMOKE_PAIRS[split]] if args.smoke else got
+    write_tsv(pairs["train"], corpus / "train.tsv")
+    write_tsv(pairs["valid"], corpus / "valid.tsv")
+    for i, lang in enumerate(("de", "en")):
+        atomic_write(corpus / f"test.{lang}", "".join(p[i] + "\n" for p in pairs["test"]))
+    return pairs
+
+
+def run_tool(arguments: list, what: str, log: Path | None = None) -> float:
+    """Run ``python -m transformer_lib ARGUMENTS``, its stderr shown (and appended to ``log``); -> seconds."""
+    cmd = [sys.executable, "-m", "transformer_lib", *map(str, arguments)]
+    start, last = time.perf_counter(), ""
+    with subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          encoding="utf-8", errors="replace") as proc:
+        assert proc.stderr is not None
+        with open(log, "a", encoding="utf-8") if log else open(os.devnull, "w") as copy:
+            try:
+                for line in proc.stderr:
+                    sys.stderr.write(line)
+                    copy.write(line)
+                    copy.flush()                   # the curve survives a killed recipe
+                    last = line.strip() or last
+            except KeyboardInterrupt:          # the tool has its Ctrl-C too: let it save and say where
+                for line in proc.stderr:
+                    sys.stderr.write(line)
+                    copy.write(line)
+                raise
+    if proc.returncode:
+        raise RecipeError(f"{what} failed (exit {proc.returncode}): {last}")
+    return time.perf_counter() - start
+
+
+def tool_has(words: list[str], option: str) -> bool:
+    """Whether ``python -m transformer_lib WORDS --help`` mentions ``option``."""
+    run = subprocess.run([sys.executable, "-m", "transformer_lib", *words, "--help"], capture_output=True,
+                         text=True)
+    return run.returncode == 0 and option in run.stdout
+
+
+def load_state(args) -> dict:
+    """WORK/recipe.json: the run's fixed options, its training segments, its translations. Another value
+    of a fixed option than the run's is an error naming it."""
+    file, fixed = args.work / "recipe.json", {name: getattr(args, name) for name in FIXED}
+    state = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
+    for name, value in state.get("fixed", {}).items():
+        if fixed.get(name) != value:
+            option = "--" + name.replace("_", "-")
+            raise RecipeError(f"--work {args.work} holds a run with {option} {value}, this command gives "
+                              f"{fixed.get(name)}: give the same value, or another --work")
+    state.update(fixed=fixed)
+    state.setdefault("segments", [])
+    state.setdefault("translations", {})
+    return state
+
+
+def save_state(args, state: dict) -> None:
+    args.work.mkdir(parents=True, exist_ok=True)
+    atomic_write(args.work / "recipe.json", json.dumps(state, indent=2) + "\n")
+
+
+def steps_done(run: Path) -> int:
+    """The updates the run in ``run`` has made, from its checkpoint (0 if it has none)."""
+    try:
+        step = torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=True, mmap=True)["step"]
+    except Exception:                      # no checkpoint yet (a damaged one: the tool says so on --resume)
+        return 0
+    return int(step)
+
+
+def train(args, state: dict, keep: bool) -> list[str]:
+    """Train (or continue, or skip a finished run); -> the tool's arguments of this or the last segment."""
+    run, corpus = args.work / "model", args.work / "corpus"
+    done = steps_done(run)
+    if done > args.steps:
+        raise RecipeError(f"--steps {args.steps}: the run in {run} has already made {done} updates; give "
+                          f"--steps {done} or more, or another --work")
+    if done == args.steps and (run / "model.safetensors").is_file():
+        print(f"training: done ({done} updates in {run}); not run again", file=sys.stderr)
+        return state.get("train_command", [])
+    resume = (run / "checkpoint.pt").is_file()
+    command = ["train", "--train", corpus / "train.tsv", "--valid", corpus / "valid.tsv", "--out", run,
+               "--steps", args.steps, "--batch-tokens", args.batch_tokens, "--seed", args.seed,
+               "--lr-factor", args.lr_factor, "--label-smoothing", args.label_smoothing,
+               "--val-every", args.val_every, "--checkpoint-every", args.checkpoint_every,
+               "--device", args.device, "--precision", args.precision, "--no-progress"]
+    if resume:
+        command.append("--resume")        # the run keeps its config.json, tokenizer and warm-up
+    else:
+        command += ["--vocab-size", args.vocab_size, "--d-model", args.d_model, "--n-heads", args.n_heads,
+                    "--layers", args.layers, "--d-ff", args.d_ff, "--dropout", args.dropout,
+                    "--warmup", args.warmup]
+    if keep and not resume:               # (a resumed run keeps its run's)
+        command += ["--keep-checkpoints", args.keep]
+    if args.threads:
+        command += ["--threads", args.threads]
+    start, completed = time.perf_counter(), False
+    try:
+        run_tool(command, "train", args.work / "train.log")
+        completed = True
+    finally:                               # an interrupted segment's time counts too
+        state["segments"].append({"from_step": done, "to_step": steps_done(run), "completed": completed,
+                                  "seconds": time.perf_counter() - start, "resumed": resume,
+                                  "device": args.device, "precision": args.precision})
+        state["train_command"] = [str(a) for a in command]
+        save_state(args, state)
+    return state["train_command"]
+
+
+def stamp(path: Path) -> str:
+    """Which version of a file: its size and modification time."""
+    info = path.stat()
+    return f"{info.st_size}-{info.st_mtime_ns}"
+
+
+def translate(args, state: dict, name: str, model: Path, beam: int) -> list[str]:
+    """test.de translated by the model in ``model`` (reused while the model is unchanged)."""
+    out, known = args.work / f"hyp.{name}.en", state["translations"].get(name, {})
+    key = stamp(model / "model.safetensors")
+    if known.get("model") != key or not out.is_file():
+        command = ["translate", "--model", model, "--output", out, "--beam", beam, "--device", args.device,
+                   args.work / "corpus" / "test.de"]
+        if args.threads:
+            command += ["--threads", args.threads]
+        seconds = run_tool(command, f"translate ({name})")
+        state["translations"][name] = {"model": key, "seconds": seconds, "command": [str(a) for a in command]}
+        save_state(args, state)
+    text = out.read_text(encoding="utf-8")
+    return text.removesuffix("\n").split("\n") if text else []
+
+
+def average(args, state: dict, missing: str | None) -> tuple[Path | None, str | None]:
+    """(the averaged model directory, None), or (None, why averaging was skipped: ``missing``, what the
+    tool lacks, or too few snapshots)."""
+    if missing:
+        return None, missing
+    run = args.work / "model"
+    kept = sorted((run / "checkpoints").glob("step-*.pt"))
+    if len(kept) < 2:
+        return None, f"{len(kept)} checkpoint(s) kept in {run / 'checkpoints'}: nothing to average"
+    last, out = kept[-args.keep:], args.work / "averaged"
+    key = "+".join(f"{p.name}:{stamp(p)}" for p in last)
+    if state.get("average", {}).get("from") != key or not (out / "model.safetensors").is_file():
+        if out.exists():
+            shutil.rmtree(out)                 # this recipe's own folder, written again from the snapshots
+        seconds = run_tool(["average", run, "--last", len(last), "--out", out], "average")
+        state["average"] = {"from": key, "seconds": seconds, "checkpoints": [p.name for p in last]}
+        save_state(args, state)
+    return out, None
+
+
+def sentence_counts(hypotheses: list[str], references: list[str]) -> np.ndarray:
+    """(n, 2 + 2 * 4): each sentence's length, its reference's, n-gram matches and totals (sacreBLEU's)."""
+    from sacrebleu.metrics import BLEU
+    bleu = BLEU()
+    scores = (bleu.corpus_score([h], [[r]]) for h, r in zip(hypotheses, references))
+    return np.array([[s.sys_len, s.ref_len, *s.counts, *s.totals] for s in scores], dtype=float)
+
+
+def bleu_of_counts(rows: np.ndarray) -> float:
+    """Corpus BLEU of the sentences whose ``sentence_counts`` are ``rows`` (as sacreBLEU's bootstrap)."""
+    from sacrebleu.metrics import BLEU
+    bleu = BLEU()
+    n = bleu.max_ngram_order
+    sys_len, ref_len, *sums = rows.sum(axis=0).round().astype(int).tolist()
+    return float(bleu.compute_bleu(sums[:n], sums[n:], sys_len, ref_len, smooth_method=bleu.smooth_method,
+                                   smooth_value=bleu.smooth_value, effective_order=bleu.effective_order,
+                                   max_ngram_order=n).score)
+
+
+def scores(hypotheses: dict[str, list[str]], references: list[str], seed: int) -> dict:
+    """BLEU (with its 95% bootstrap interval) and chrF of each system; averaged - last BLEU, paired."""
+    from sacrebleu.metrics import CHRF
+    result: dict = {"systems": {}, "averaged_minus_last": None, "level": LEVEL, "resamples": N_RESAMPLES}
+    for name, hyps in hypotheses.items():
+        bleu, signature = corpus_bleu(hyps, references)
+        _, low, high = bleu_ci(hyps, references, n_resamples=N_RESAMPLES, level=LEVEL, seed=seed)
+        chrf = CHRF()
+        result["systems"][name] = {"bleu": bleu, "bleu_low": low, "bleu_high": high,
+                                   "chrf": float(chrf.corpus_score(hyps, [references]).score)}
+        result["bleu_signature"], result["chrf_signature"] = signature, str(chrf.get_signature())
+    if "averaged_greedy" in hypotheses:
+        last = sentence_counts(hypotheses["greedy"], references)
+        rows, width = np.hstack([last, sentence_counts(hypotheses["averaged_greedy"], references)]), last.shape[1]
+        diff = bootstrap_ci(rows, lambda r: bleu_of_counts(r[:, width:]) - bleu_of_counts(r[:, :width]),
+                            n_resamples=N_RESAMPLES, level=LEVEL, seed=seed)
+        result["averaged_minus_last"] = {"bleu": diff[0], "low": diff[1], "high": diff[2], "level": LEVEL,
+                                         "resamples": N_RESAMPLES, "decoding": "greedy"}
+    return result
+
+
+def loss_curve(log: Path) -> dict:
+    """The run's losses from the tool's stderr lines (its training.json records only the last ones); a
+    step logged twice (the updates after the last checkpoint, made again by a resumed run) keeps the last."""
+    valid, train_loss = {}, {}
+    text = log.read_text(encoding="utf-8") if log.is_file() else ""
+    for line in text.splitlines():
+        if m := VAL_LINE.match(line.strip()):
+            valid[int(m[1])] = float(m[2])
+        elif m := LOSS_LINE.match(line.strip()):
+            train_loss[int(m[1])] = float(m[2])
+    return {"source": "the lines 'step N/M: validation loss X' and 'step N/M: loss X, ...' that train "
+            "writes on stderr with --no-progress (its training.json records only the final losses)",
+            "valid": sorted(valid.items()), "train": sorted(train_loss.items())}
+
+
+def batch_stats(args, pairs: list) -> dict:
+    """The trained run's model size, and its batches as the tool makes them (one epoch, measured)."""
+    config, tokenizer = load_config_and_tokenizer(args.work / "model")
+    encoded, skipped = encode_pairs(pairs, cast(BPETokenizer, tokenizer), config.max_len)   # as train does
+    batches = list(bucket_loader(encoded, args.batch_tokens, args.seed).batch_sampler)
+    target = [sum(len(encoded[i][1]) + 1 for i in batch) for batch in batches]    # with eos: what is scored
+    return {"parameters": sum(p.numel() for p in Transformer(config).parameters()),
+            "vocabulary": tokenizer.vocab_size, "skipped_pairs": skipped, "batches_per_epoch": len(batches),
+            "target_tokens_per_batch": float(np.mean(target)), "epochs": args.steps / len(batches)}
+
+
+def machine(args) -> dict:
+    cpu = None
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
+    except OSError:
+        pass
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"cpu": cpu or platform.processor() or platform.machine(), "cores": usable,
+            "cpu_count": os.cpu_count(), "torch_threads": args.threads or torch.get_num_threads(),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__}
+
+
+def commit() -> tuple[str | None, bool | None]:
+    """(the repository's commit, whether tracked files differ from it), or (None, None) outside git."""
+    try:
+        git = ["git", "-C", str(ROOT)]
+        head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+        status = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                                text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None, None
+    return head.stdout.strip(), bool(status.stdout.strip())
+
+
+def run(args) -> dict:
+    pairs = prepare_corpus(args)
+    state = load_state(args)
+    save_state(args, state)
+    keep = tool_has(["train"], "--keep-checkpoints")
+    missing = (None if keep and tool_has([], "average") else
+               "this version of the tool has no " + ("'average' command" if keep else "train --keep-checkpoints"))
+    if missing:
+        print(f"averaging: skipped ({missing})", file=sys.stderr)
+    train_command = train(args, state, keep)
+    run_dir = args.work / "model"
+    hyps = {"greedy": translate(args, state, "greedy", run_dir, 1),
+            f"beam{BEAM}": translate(args, state, f"beam{BEAM}", run_dir, BEAM)}
+    averaged, skipped = average(args, state, missing)
+    if averaged is not None:
+        hyps["averaged_greedy"] = translate(args, state, "averaged_greedy", averaged, 1)
+    kept = state["average"]["checkpoints"] if averaged else []
+    sources, references = [p[0] for p in pairs["test"]], [p[1] for p in pairs["test"]]
+    n = len(references)
+    picked = sorted({round(i * (n - 1) / (N_SAMPLES - 1)) for i in range(N_SAMPLES)})
+    head, dirty = commit()
+    options = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    result = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "commit": head, "commit_dirty": dirty, "machine": machine(args),
+        "options": {**options, "beam": BEAM, "translate_precision": "fp32", "train_command": train_command},
+        "data": {"source": PUBLISHED, "pairs": {k: len(v) for k, v in pairs.items()},
+                 "language_pair": "de-en", "test_set": "test_2016_flickr", **batch_stats(args, pairs["train"])},
+        "time": {"train_seconds": sum(s["seconds"] for s in state["segments"]), "train_segments": state["segments"],
+                 "translate_seconds": {k: state["translations"][k]["seconds"] for k in hyps},
+                 "average_seconds": state["average"]["seconds"] if averaged else None},
+        "curve": loss_curve(args.work / "train.log"),
+        "averaging": {"skipped": skipped, "last": args.keep, "checkpoints": kept,
+                      "steps": [int(re.sub(r"\D", "", name)) for name in kept]},
+        "scores": scores(hyps, references, args.seed),
+        "samples": [{"index": i, "source": sources[i], "reference": references[i],
+                     **{k: v[i] for k, v in hyps.items()}} for i in picked],
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(args.out, json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    return result
+
+
+def main(argv=None) -> int:
+    try:
+        args = parse_args(argv)
+        result = run(args)
+    except KeyboardInterrupt:
+        print("multi30k.py: interrupted; the same command continues from the run's last checkpoint",
+              file=sys.stderr)
+        return 130
+    except (RecipeError, ValueError, OSError) as exc:
+        print(f"multi30k.py: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
+    s = result["scores"]
+    for name, score in s["systems"].items():
+        print(f"{name:16} BLEU {score['bleu']:5.2f} [{score['bleu_low']:.2f}, {score['bleu_high']:.2f}]"
+              f"  chrF {score['chrf']:5.2f}")
+    if s["averaged_minus_last"]:
+        d = s["averaged_minus_last"]
+        print(f"averaged - last  BLEU {d['bleu']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}]")
+    print(f"{s['bleu_signature']}\nwritten: {args.out}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
