@@ -97,6 +97,16 @@ def test_gzipped_raw_files_are_read(tmp_path):
     assert lines == [p[1] for p in got[1]["test"]]
 
 
+def test_a_tab_inside_a_sentence_becomes_a_space(tmp_path):
+    """Multi30k's train.de holds a tab inside a sentence (line 7367); the corpus file cannot: one space."""
+    data = fake_multi30k(tmp_path / "data")
+    lines = (data / "train.de").read_text(encoding="utf-8").splitlines()
+    lines[3] = lines[3].replace(" ", " \t", 1)
+    (data / "train.de").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    pairs = multi30k.prepare_corpus(multi30k.parse_args(["--data", str(data), "--work", str(tmp_path / "w")]))
+    assert pairs["train"][3][0] == " ".join(lines[3].split()) and "\t" not in pairs["train"][3][0]
+
+
 def test_the_loss_curve_is_read_from_the_tools_stderr(tmp_path):
     log = tmp_path / "train.log"
     log.write_text("1000 training pairs, vocabulary 400, ...\n"
