@@ -33,6 +33,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -99,6 +100,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"], default="auto",
                    help="training precision; auto: bf16 on a GPU that has it, else fp32 (translation: fp32)")
     p.add_argument("--threads", type=_count, help="CPU threads of the tool (default: PyTorch's choice)")
+    p.add_argument("--note", default="", help="a sentence kept in the result file (options.note), e.g. that the "
+                   "run shared its machine with other work")
     args = p.parse_args(argv)
     for name, value in (SMOKE if args.smoke else DEFAULTS).items():
         if getattr(args, name) is None:
@@ -174,6 +177,13 @@ def run_tool(arguments: list, what: str, log: Path | None = None) -> float:
     return time.perf_counter() - start
 
 
+def children_cpu() -> float:
+    """CPU seconds (user + system) used so far by this process's finished children: with a segment's wall time,
+    how many cores the training had, on average (less than --threads when other work shared the machine)."""
+    use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return use.ru_utime + use.ru_stime
+
+
 def tool_has(words: list[str], option: str) -> bool:
     """Whether ``python -m transformer_lib WORDS --help`` mentions ``option``."""
     run = subprocess.run([sys.executable, "-m", "transformer_lib", *words, "--help"], capture_output=True,
@@ -237,13 +247,14 @@ def train(args, state: dict, keep: bool) -> list[str]:
         command += ["--keep-checkpoints", args.keep]
     if args.threads:
         command += ["--threads", args.threads]
-    start, completed = time.perf_counter(), False
+    start, cpu, completed = time.perf_counter(), children_cpu(), False
     try:
         run_tool(command, "train", args.work / "train.log")
         completed = True
     finally:                               # an interrupted segment's time counts too
         state["segments"].append({"from_step": done, "to_step": steps_done(run), "completed": completed,
-                                  "seconds": time.perf_counter() - start, "resumed": resume,
+                                  "seconds": time.perf_counter() - start, "cpu_seconds": children_cpu() - cpu,
+                                  "resumed": resume,
                                   "device": args.device, "precision": args.precision})
         state["train_command"] = [str(a) for a in command]
         save_state(args, state)
@@ -413,6 +424,7 @@ def run(args) -> dict:
         "data": {"source": PUBLISHED, "pairs": {k: len(v) for k, v in pairs.items()},
                  "language_pair": "de-en", "test_set": "test_2016_flickr", **batch_stats(args, pairs["train"])},
         "time": {"train_seconds": sum(s["seconds"] for s in state["segments"]), "train_segments": state["segments"],
+                 "train_cpu_seconds": train_cpu_seconds(state["segments"]),
                  "translate_seconds": {k: state["translations"][k]["seconds"] for k in hyps},
                  "average_seconds": state["average"]["seconds"] if averaged else None},
         "curve": loss_curve(args.work / "train.log"),
@@ -425,6 +437,13 @@ def run(args) -> dict:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(args.out, json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     return result
+
+
+def train_cpu_seconds(segments: list[dict]) -> float | None:
+    """The training's CPU seconds over its segments; None when a segment did not record them."""
+    if any("cpu_seconds" not in segment for segment in segments):
+        return None
+    return float(sum(segment["cpu_seconds"] for segment in segments))
 
 
 def main(argv=None) -> int:

@@ -107,6 +107,14 @@ def test_a_tab_inside_a_sentence_becomes_a_space(tmp_path):
     assert pairs["train"][3][0] == " ".join(lines[3].split()) and "\t" not in pairs["train"][3][0]
 
 
+def test_the_training_cpu_time_is_summed_only_when_every_segment_has_it():
+    assert multi30k.train_cpu_seconds([{"cpu_seconds": 2.5}, {"cpu_seconds": 1.0}]) == 3.5
+    assert multi30k.train_cpu_seconds([{"cpu_seconds": 2.5}, {"seconds": 4.0}]) is None     # an older segment
+    before = multi30k.children_cpu()
+    subprocess.run([sys.executable, "-c", "sum(i * i for i in range(2_000_000))"], check=True)
+    assert multi30k.children_cpu() > before
+
+
 def test_the_loss_curve_is_read_from_the_tools_stderr(tmp_path):
     log = tmp_path / "train.log"
     log.write_text("1000 training pairs, vocabulary 400, ...\n"
@@ -218,6 +226,7 @@ def check_result(result: dict, data: Path, steps: int) -> None:
     assert result["data"]["pairs"] == {"train": 300, "valid": 40, "test": 30}
     assert result["data"]["target_tokens_per_batch"] > 0 and result["data"]["parameters"] > 0
     assert result["time"]["train_seconds"] > 0
+    assert 0 < result["time"]["train_cpu_seconds"] and all("cpu_seconds" in s for s in result["time"]["train_segments"])
     assert result["curve"]["valid"] and result["curve"]["valid"][-1][0] == steps
     assert all(np.isfinite(loss) for _, loss in result["curve"]["valid"] + result["curve"]["train"])
     systems = result["scores"]["systems"]
