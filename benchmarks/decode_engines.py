@@ -6,6 +6,8 @@ exported with ``tl.serving.export_ctranslate2`` twice, float32 and int8. For gre
 (4 beams, ``length_norm="power"``, length penalty 1.0: CTranslate2's and generate's scores), at batch 1, 8
 and 64 and with 1 and 2 threads, each peer is timed against the book's decoder interleaved in the same run
 (``common.time_pair``), and the table gives the ratio book / peer: above 1, the book's decoder is slower.
+Each decoder is timed twice: on the model itself, and on ``tl.packed.PackedDecoder`` (the serving
+appendix's packed weights and lean step; rows "packed").
 The goal of issue 27: book / CTranslate2 float32 at most 1.5 at batch 8, and book / generate at most 1/1.5.
 Needs ``ctranslate2`` and ``transformers``. Run: ``python benchmarks/decode_engines.py`` (``--quick``:
 one timed call, one round, 32 new tokens).
@@ -25,6 +27,7 @@ from common import add_decode_args, add_model_args, header, time_pair, timing_pl
 from marian_decode import tiny_marian
 
 import transformer_lib as tl
+from transformer_lib.packed import PackedDecoder
 from transformer_lib.serving import CTranslate2Model, export_ctranslate2
 
 
@@ -43,13 +46,14 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(0)
     hf = tiny_marian(args.d_model, args.heads, args.layers, args.d_ff, args.vocab, max_len=512)
     model = tl.from_marian(hf).eval()
+    packed = PackedDecoder(model)
     pad, n = args.vocab - 1, args.new_tokens
     tmp = tempfile.mkdtemp(prefix="decode_engines.")
     paths = {q: export_ctranslate2(model, None, os.path.join(tmp, q or "float32"), q) for q in (None, "int8")}
     header(f"decoding engines: source length {args.src_len}, {n} new tokens, d_model {args.d_model}, "
            f"{args.heads} heads, {args.layers} + {args.layers} layers, d_ff {args.d_ff}, vocabulary "
            f"{args.vocab}; ratio = book's time / peer's time (above 1: the book is slower)")
-    print(f"{'decoder':9}{'batch':>6}{'threads':>8}{'book (s)':>10}{'/ ct2 fp32':>12}{'/ ct2 int8':>12}"
+    print(f"{'decoder':16}{'batch':>6}{'threads':>8}{'book (s)':>10}{'/ ct2 fp32':>12}{'/ ct2 int8':>12}"
           f"{'/ generate':>12}")
     for threads in args.thread_counts:
         torch.set_num_threads(threads)
@@ -58,13 +62,14 @@ def main(argv: list[str] | None = None) -> None:
             src = torch.randint(1, pad, (batch, args.src_len))
             src[:, -1] = 0                                              # each source ends with eos
             mask = torch.ones_like(src)
-            for beams in (1, args.beam):
+            for beams, fast in [(b, f) for b in (1, args.beam) for f in (False, True)]:
+                m = packed if fast else model
                 if beams == 1:
-                    def ours(src=src):
-                        return tl.greedy_decode(model, src, max_len=n)
+                    def ours(src=src, m=m):
+                        return tl.greedy_decode(m, src, max_len=n)
                 else:
-                    def ours(src=src, beams=beams):
-                        return tl.beam_search(model, src, beam_size=beams, max_len=n, length_penalty=1.0,
+                    def ours(src=src, beams=beams, m=m):
+                        return tl.beam_search(m, src, beam_size=beams, max_len=n, length_penalty=1.0,
                                               length_norm="power")[0]
 
                 def generate(src=src, mask=mask, beams=beams):
@@ -79,8 +84,8 @@ def main(argv: list[str] | None = None) -> None:
                     t_ours, t_peer = time_pair(ours, peer, repeat=repeat, warmup=warmup, rounds=rounds)
                     ratios.append(t_ours / t_peer)
                     t_book.append(t_ours)
-                name = "greedy" if beams == 1 else f"beam {beams}"
-                print(f"{name:9}{batch:>6}{threads:>8}{min(t_book):>10.3f}"
+                name = ("greedy" if beams == 1 else f"beam {beams}") + (" packed" if fast else "")
+                print(f"{name:16}{batch:>6}{threads:>8}{min(t_book):>10.3f}"
                       + "".join(f"{r:>12.2f}" for r in ratios), flush=True)
 
 

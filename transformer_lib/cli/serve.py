@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: aaa7b59bf9dafba9
+# digest: 13c94fcee6dba2a7
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell 3c9611f9]
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from transformer_lib.packed import PackedDecoder
 from transformer_lib.serving import CTranslate2Model, export_ctranslate2, quantize_int8
 from transformer_lib.translation.model_dir import load_model_dir
 from transformer_lib.cli.common import DECODER_DEFAULTS, UsageError
@@ -57,7 +58,14 @@ def load_engine(args) -> CTranslate2Model:
 
 def torch_model(args):
     """``translate --engine torch``: (model, tokenizer); ``--precision int8``: the
-    model's linear layers in int8, on the CPU."""
+    model's linear layers in int8, on the CPU; ``--engine packed``: the model in a
+    :class:`~transformer_lib.packed.PackedDecoder`."""
+    if args.engine == "packed" and args.precision == "int8":
+        raise UsageError("--precision int8: not with --engine packed (packed weights "
+                         "are float32; choose one)")
+    if args.engine == "packed":
+        model, tokenizer = load_model_dir(args.model, device_option(args.device))
+        return PackedDecoder(model), tokenizer
     if args.precision != "int8":
         return load_model_dir(args.model, device_option(args.device))
     if args.device not in ("auto", "cpu"):

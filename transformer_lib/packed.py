@@ -1,0 +1,254 @@
+"""Generated from book/appendix_serving.ipynb: edit the notebook, not this file.
+
+Regenerate with ``python tools/export.py``."""
+# digest: af1737aa3869d84c
+# fmt: off
+
+# [book/appendix_serving.ipynb, cell 6a70c904]
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from transformer_lib.decoding.greedy import DecodingStepper, Stepper
+from transformer_lib.masks import padding_mask
+from transformer_lib.model import Transformer
+from transformer_lib.training.evaluation import forbid_specials
+
+#: the batch size oneDNN lays the packed weights out for; any batch works with them
+#: (measured: a layout for 8 rows or for 64 decodes 1 to 128 rows alike)
+PACK_ROWS = 64
+#: the multiply-adds of one product below which F.linear is used all the same: a
+#: oneDNN call costs more to start (measured: about 15 µs against 3 µs a call)
+PACKED_MIN_WORK = 1 << 20
+
+
+class PackedLinear:
+    """``y = x Wᵀ + b`` of an ``nn.Linear``'s weight and bias, for inference.
+
+    On the CPU in float32, W is copied once into oneDNN's blocked layout (PyTorch's
+    ``torch.ops.mkldnn._reorder_linear_weight``, as its compiler does for frozen
+    models) and each call with enough work (:data:`PACKED_MIN_WORK`) is one oneDNN
+    matrix product. For smaller products, anywhere else (a GPU, another
+    dtype, a PyTorch without oneDNN), or under autocast, it is ``F.linear`` on the
+    weight itself. No gradients: call it under ``torch.no_grad()``. The copy is a
+    snapshot: :class:`PackedDecoder` makes a new one when the weights change."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+        self.weight = weight.detach()
+        self.bias = None if bias is None else bias.detach()
+        self.packed = None
+        if (self.weight.device.type == "cpu" and self.weight.dtype == torch.float32
+                and torch.backends.mkldnn.is_available()):
+            try:
+                self.packed = torch.ops.mkldnn._reorder_linear_weight(
+                    self.weight.contiguous(), PACK_ROWS)
+            except (AttributeError, RuntimeError):     # an older or other build
+                self.packed = None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if (self.packed is None or x.numel() * self.weight.size(0) < PACKED_MIN_WORK
+                or torch.is_autocast_enabled("cpu")):
+            return F.linear(x, self.weight, self.bias)
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [],
+                                                  "")
+
+    @classmethod
+    def of(cls, linear: nn.Linear, rows: slice = slice(None)) -> PackedLinear:
+        """The rows ``rows`` of ``linear`` (a fused projection's part)."""
+        bias = None if linear.bias is None else linear.bias[rows]
+        return cls(linear.weight[rows], bias)
+
+
+# [book/appendix_serving.ipynb, cell ff6ada31]
+def _sublayer(sub: Any, x: torch.Tensor, fn: Any) -> torch.Tensor:
+    """Chapter 6's residual connection in eval mode (no dropout), Pre- or Post-Norm."""
+    if sub.norm_first:
+        return x + fn(sub.norm(x))
+    return sub.norm(x + fn(x))
+
+
+class _PackedLayer:
+    """One decoder layer's packed weights, and its step for one new position."""
+
+    def __init__(self, layer: Any):
+        a, c, f = layer.self_attn, layer.cross_attn, layer.feed_forward
+        d, dkv = a.d_model, a.d_kv
+        self.shape = (a.n_heads, a.n_kv_heads, a.d_k)
+        self.gqa = a.n_kv_heads < a.n_heads        # shared key-value heads (13)
+        self.qkv, self.o = PackedLinear.of(a.in_proj), PackedLinear.of(a.out_proj)
+        self.q = PackedLinear.of(c.in_proj, slice(0, d))
+        self.kv = PackedLinear.of(c.in_proj, slice(d, d + 2 * dkv))
+        self.co = PackedLinear.of(c.out_proj)
+        self.f1, self.f2 = PackedLinear.of(f.linear1), PackedLinear.of(f.linear2)
+        self.gate = None if f.gate is None else PackedLinear.of(f.gate)
+        self.act = f.activation
+        self.subs = (layer.sublayer1, layer.sublayer2, layer.sublayer3)
+
+    def memory_kv(self, memory: torch.Tensor) -> torch.Tensor:
+        """The cross-attention keys and values of memory (B, S, d) -> (B, 2, h_kv, S,
+        d_k)."""
+        B, S, _ = memory.shape
+        _, g, dk = self.shape
+        return self.kv(memory).view(B, S, 2, g, dk).permute(0, 2, 3, 1, 4)
+
+    def step(self, x: torch.Tensor, t: int, cache: torch.Tensor, cross: torch.Tensor,
+             mask: torch.Tensor, empty: torch.Tensor | None) -> torch.Tensor:
+        """x (N, d) at position t -> (N, d); its k and v go to cache[:, :, :, t]."""
+        N, d = x.shape
+        h, g, dk = self.shape
+
+        def self_attention(y: torch.Tensor) -> torch.Tensor:
+            q, kv = self.qkv(y).split([d, 2 * g * dk], dim=-1)
+            cache[:, :, :, t] = kv.view(N, 2, g, dk)
+            k, v = cache[:, 0, :, :t + 1], cache[:, 1, :, :t + 1]     # (N, g, t+1, dk)
+            out = F.scaled_dot_product_attention(q.view(N, h, 1, dk), k, v,
+                                                 enable_gqa=self.gqa)
+            return self.o(out.reshape(N, d))
+
+        def cross_attention(y: torch.Tensor) -> torch.Tensor:
+            q = self.q(y).view(N, h, 1, dk)
+            out = F.scaled_dot_product_attention(q, cross[:, 0], cross[:, 1],
+                                                 attn_mask=mask, enable_gqa=self.gqa)
+            if empty is not None:             # a source of pads only: 0, as chapter 3
+                out = out.masked_fill(empty, 0.0)
+            return self.co(out.reshape(N, d))
+
+        def feed_forward(y: torch.Tensor) -> torch.Tensor:
+            hidden = (self.act(self.f1(y)) if self.gate is None
+                      else self.act(self.gate(y)) * self.f1(y))
+            return self.f2(hidden)
+
+        x = _sublayer(self.subs[0], x, self_attention)
+        x = _sublayer(self.subs[1], x, cross_attention)
+        return _sublayer(self.subs[2], x, feed_forward)
+
+
+# [book/appendix_serving.ipynb, cell aee9e158]
+class PackedStepper:
+    """Chapter 11's :class:`~transformer_lib.decoding.greedy.DecodingStepper` over
+    packed weights: ``step(ys)`` feeds ys[:, -1] at position t - 1 through lean
+    per-layer steps and returns the next token's logits (N, V), float32, pad and bos at
+    -inf; ``reorder(index)`` and ``reorder_beams(index)`` as :class:`Stepper`'s. The
+    self-attention keys and values sit in one buffer per layer, (N, 2, h_kv, room,
+    d_k), whose room doubles when full. Made by :meth:`PackedDecoder.stepper`."""
+
+    def __init__(self, model: Transformer, layers: list[_PackedLayer],
+                 output: Any, src: torch.Tensor):
+        c = self.config = model.config
+        self.model, self.layers, self.output = model, layers, output
+        src_mask = padding_mask(src, c.pad_id)                       # (B, 1, 1, S)
+        memory = model.encode(src, src_mask)                         # (B, S, d)
+        any_key = src_mask.any(dim=-1, keepdim=True)                 # (B, 1, 1, 1)
+        self.mask = src_mask | ~any_key
+        self.empty = None if bool(any_key.all()) else ~any_key
+        self.cross = [layer.memory_kv(memory) for layer in layers]
+        _, g, dk = layers[0].shape if layers else (0, 1, 1)
+        room = min(64, c.max_len)
+        self.caches = [memory.new_empty(src.size(0), 2, g, room, dk) for _ in layers]
+        self.spares: list[torch.Tensor | None] = [None for _ in layers]
+        self.length = 0
+
+    def step(self, ys: torch.Tensor) -> torch.Tensor:
+        """Prefixes ys (N, t), bos first -> the next token's logits (N, V)."""
+        t = ys.size(1) - 1
+        if t != self.length:
+            raise RuntimeError("KV cache out of step with the prefix")
+        if self.caches and t == self.caches[0].size(3):                # full: double
+            self.caches = [torch.cat([c, torch.empty_like(c)], dim=3)
+                           for c in self.caches]
+        m = self.model
+        x = m.positional(m.tgt_embed.lookup(ys[:, -1:]), t)[:, 0]     # (N, d)
+        for layer, cache, cross in zip(self.layers, self.caches, self.cross):
+            x = layer.step(x, t, cache, cross, self.mask, self.empty)
+        self.length = t + 1
+        logits = self.output(m.decoder.norm(x))                      # (N, V)
+        return forbid_specials(logits.float(), self.config)
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep rows ``index`` (in that order): the beams that survive a step."""
+        self.mask = self.mask.index_select(0, index)
+        if self.empty is not None:
+            self.empty = self.empty.index_select(0, index)
+        self.cross = [kv.index_select(0, index) for kv in self.cross]
+        self.reorder_beams(index)
+
+    def reorder_beams(self, index: torch.Tensor) -> None:
+        """:meth:`reorder` for rows that stay within their source sentence (beam
+        search after its first step): only the self-attention caches move, only their
+        first ``length`` positions, into a spare buffer kept for the next time."""
+        t, moved = self.length, []
+        for i, cache in enumerate(self.caches):
+            spare = self.spares[i]
+            shape = (index.numel(), *cache.shape[1:])
+            if spare is None or spare.shape != shape:
+                spare = cache.new_empty(shape)
+            torch.index_select(cache[:, :, :, :t], 0, index, out=spare[:, :, :, :t])
+            moved.append(spare)
+            self.spares[i] = cache if cache.shape == shape else None
+        self.caches = moved
+
+
+# [book/appendix_serving.ipynb, cell 48e0b8dd]
+class PackedDecoder(nn.Module):
+    """A :class:`~transformer_lib.model.Transformer` prepared for decoding: chapter 11's
+    decoders (``greedy_decode``, ``beam_search``, ``sample``, ``translate_lines``,
+    ``token_scores``) take it in place of the model, and run the packed step.
+
+    ``PackedDecoder(model)`` shares the model (no copy of it); the decoder's linear
+    layers and the output layer are packed on the first decode (:class:`PackedLinear`,
+    about as much memory again as those weights) and packed again whenever a weight has
+    changed since (an optimizer step, ``load_state_dict``, ``to()``). The outputs are
+    the model's up to the rounding of other kernels: equal tokens but for near ties.
+    ``use_cache=False`` runs the model's own uncached :class:`Stepper`. ``forward(src,
+    tgt_in)`` is the model's (teacher forcing)."""
+
+    def __init__(self, model: Transformer):
+        super().__init__()
+        if not isinstance(model, Transformer):
+            raise TypeError(f"model must be a Transformer (chapter 9), got "
+                            f"{type(model).__name__}")
+        self.model = model
+        self._packed: tuple[list[_PackedLayer], Any] | None = None
+        self._key: tuple | None = None
+
+    @property
+    def config(self) -> Any:
+        return self.model.config
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        return self.model(src, tgt_in)
+
+    def _weights_key(self) -> tuple | None:
+        """Where each weight lives and how often it was written in place (None: a
+        tensor without a version counter, made in inference mode: pack every time)."""
+        try:
+            return tuple((p.data_ptr(), p._version, p.dtype, p.device)
+                         for p in self.model.parameters())
+        except RuntimeError:
+            return None
+
+    def packed(self) -> tuple[list[_PackedLayer], Any]:
+        """(the packed layers, the packed output layer), packed again if stale."""
+        key = self._weights_key()
+        if self._packed is None or key is None or key != self._key:
+            with torch.no_grad():
+                layers = [_PackedLayer(layer) for layer in self.model.decoder.layers]
+                out = self.model.output
+                output = PackedLinear.of(out) if isinstance(out, nn.Linear) else out
+            self._packed, self._key = (layers, output), key
+        return self._packed
+
+    def stepper(self, src: torch.Tensor, use_cache: bool = True) -> DecodingStepper:
+        """The stepper of chapter 11's decoders for a checked ``src`` (B, S)."""
+        if not use_cache:
+            return Stepper(self.model, src, use_cache=False)
+        return PackedStepper(self.model, *self.packed(), src)
+
+
+__all__ = [
+    'PACK_ROWS', 'PACKED_MIN_WORK', 'PackedLinear', 'PackedStepper', 'PackedDecoder',
+]
