@@ -58,6 +58,21 @@ def trained(corpus, tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def inputs(corpus):
+    """A file of eight test sources and an empty line, for translate."""
+    path = corpus["dir"] / "translate_input.txt"
+    path.write_text("".join(p.src + "\n" for p in corpus["test"][:8]) + "\n", encoding="utf-8")
+    return path
+
+
+def translate_out(capsys, *argv):
+    """The lines ``translate ARGV --threads 1`` writes (it must succeed)."""
+    capsys.readouterr()
+    assert main(["translate", *map(str, argv), "--threads", "1"]) == 0
+    return capsys.readouterr().out.split("\n")[:-1]
+
+
 def _one_line_error(capsys, *needles):
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "Traceback" not in err, err

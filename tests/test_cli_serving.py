@@ -9,7 +9,8 @@ from transformer_lib.cli.main import main
 from transformer_lib.decoding.beam import beam_search
 from transformer_lib.translation.model_dir import load_model_dir
 
-corpus, trained = test_cli.corpus, test_cli.trained
+corpus, trained, inputs = test_cli.corpus, test_cli.trained, test_cli.inputs
+_translate = test_cli.translate_out
 ct2 = pytest.importorskip("ctranslate2")
 
 
@@ -18,19 +19,6 @@ def exported(trained, tmp_path_factory):
     out = tmp_path_factory.mktemp("ct2") / "export"
     assert main(["export-ctranslate2", str(trained), "--out", str(out)]) == 0
     return out
-
-
-@pytest.fixture(scope="module")
-def inputs(corpus):
-    path = corpus["dir"] / "serve_input.txt"
-    path.write_text("".join(p.src + "\n" for p in corpus["test"][:8]) + "\n", encoding="utf-8")
-    return path
-
-
-def _translate(capsys, *argv):
-    capsys.readouterr()
-    assert main(["translate", *map(str, argv), "--threads", "1"]) == 0
-    return capsys.readouterr().out.split("\n")[:-1]
 
 
 def test_export_writes_a_ctranslate2_model(exported, capsys):
