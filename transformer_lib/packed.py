@@ -1,7 +1,7 @@
 """Generated from book/appendix_serving.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: af1737aa3869d84c
+# digest: cc6b29e9a103f65f
 # fmt: off
 
 # [book/appendix_serving.ipynb, cell 6a70c904]
@@ -29,13 +29,14 @@ PACKED_MIN_WORK = 1 << 20
 class PackedLinear:
     """``y = x Wᵀ + b`` of an ``nn.Linear``'s weight and bias, for inference.
 
-    On the CPU in float32, W is copied once into oneDNN's blocked layout (PyTorch's
+    On the CPU in float32, W is laid out once in oneDNN's blocked format (PyTorch's
     ``torch.ops.mkldnn._reorder_linear_weight``, as its compiler does for frozen
-    models) and each call with enough work (:data:`PACKED_MIN_WORK`) is one oneDNN
-    matrix product. For smaller products, anywhere else (a GPU, another
-    dtype, a PyTorch without oneDNN), or under autocast, it is ``F.linear`` on the
-    weight itself. No gradients: call it under ``torch.no_grad()``. The copy is a
-    snapshot: :class:`PackedDecoder` makes a new one when the weights change."""
+    models: a copy, or the weight itself where that format is its own) and each call
+    with enough work (:data:`PACKED_MIN_WORK`) is one oneDNN matrix product. For
+    smaller products, anywhere else (a GPU, another dtype, a PyTorch without
+    oneDNN), or under autocast, it is ``F.linear`` on the weight itself. No
+    gradients: call it under ``torch.no_grad()``. A copy does not follow later
+    changes of the weight: :class:`PackedDecoder` packs again when they change."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
         self.weight = weight.detach()
@@ -201,7 +202,10 @@ class PackedDecoder(nn.Module):
     ``PackedDecoder(model)`` shares the model (no copy of it); the decoder's linear
     layers and the output layer are packed on the first decode (:class:`PackedLinear`,
     about as much memory again as those weights) and packed again whenever a weight has
-    changed since (an optimizer step, ``load_state_dict``, ``to()``). The outputs are
+    changed since (an optimizer step, ``load_state_dict``, ``to()``; a write through
+    ``p.data`` escapes PyTorch's count of writes: call :meth:`repack` after one). The
+    model's mode is the wrapper's, so the decoders' eval mode is restored on the
+    model. The outputs are
     the model's up to the rounding of other kernels: equal tokens but for near ties.
     ``use_cache=False`` runs the model's own uncached :class:`Stepper`. ``forward(src,
     tgt_in)`` is the model's (teacher forcing)."""
@@ -218,6 +222,18 @@ class PackedDecoder(nn.Module):
     @property
     def config(self) -> Any:
         return self.model.config
+
+    @property
+    def training(self) -> bool:
+        """The model's mode (``nn.Module`` sets this before the model is there)."""
+        model = self.__dict__.get("_modules", {}).get("model")
+        return True if model is None else model.training
+
+    @training.setter
+    def training(self, mode: bool) -> None:
+        model = self.__dict__.get("_modules", {}).get("model")
+        if model is not None:
+            model.training = mode
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         return self.model(src, tgt_in)
@@ -241,6 +257,10 @@ class PackedDecoder(nn.Module):
                 output = PackedLinear.of(out) if isinstance(out, nn.Linear) else out
             self._packed, self._key = (layers, output), key
         return self._packed
+
+    def repack(self) -> None:
+        """Pack again at the next decode, whatever the weights' write counts say."""
+        self._packed = None
 
     def stepper(self, src: torch.Tensor, use_cache: bool = True) -> DecodingStepper:
         """The stepper of chapter 11's decoders for a checked ``src`` (B, S)."""

@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 13c94fcee6dba2a7
+# digest: 4e2816c3417129da
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell 3c9611f9]
@@ -14,6 +14,7 @@ import torch
 from transformer_lib.packed import PackedDecoder
 from transformer_lib.serving import CTranslate2Model, export_ctranslate2, quantize_int8
 from transformer_lib.translation.model_dir import load_model_dir
+from transformer_lib.translation.translate import translate_with
 from transformer_lib.cli.common import DECODER_DEFAULTS, UsageError
 from transformer_lib.cli.common import device_option, log_line
 
@@ -79,27 +80,14 @@ def translate_engine(engine: CTranslate2Model, lines: list[str], beam: int,
                      batch_size: int, max_len: int | None, on_too_long,
                      length_penalty: float = DECODER_DEFAULTS["length_penalty"]
                      ) -> list[str]:
-    """``lines`` translated by ``engine``, as ``translate_lines`` would: tokenised
-    once, a line longer than ``max_len`` tokens handed to ``on_too_long(number,
-    n_tokens)`` then cut, sorted by length, decoded ``batch_size`` at a time."""
-    c, tokenizer = engine.config, engine.tokenizer
-    encoded = [tokenizer.encode(line.strip()) for line in lines]
-    for number, ids in enumerate(encoded, 1):
-        if len(ids) > c.max_len:
-            on_too_long(number, len(ids))
-            encoded[number - 1] = ids[:c.max_len]
-    order = sorted((i for i, ids in enumerate(encoded) if ids),
-                   key=lambda i: len(encoded[i]))
-    out = [""] * len(lines)
-    for start in range(0, len(order), batch_size):
-        rows = order[start:start + batch_size]
-        src = torch.nn.utils.rnn.pad_sequence(
-            [torch.tensor(encoded[i]) for i in rows], batch_first=True,
-            padding_value=c.pad_id)                                            # (B, S)
-        ids = engine.decode(src, beam, max_len, length_penalty)                # (B, T)
-        for i, row in zip(rows, ids.tolist()):
-            out[i] = tokenizer.decode(row)
-    return out
+    """``lines`` translated by ``engine`` through chapter 12's ``translate_with``, as
+    ``translate_lines`` would: tokenised once, a line longer than ``max_len`` tokens
+    handed to ``on_too_long(number, n_tokens)`` then cut, sorted by length, decoded
+    ``batch_size`` at a time."""
+    def decode(src: torch.Tensor) -> torch.Tensor:
+        return engine.decode(src, beam, max_len, length_penalty)              # (B, T)
+    return translate_with(engine.config, torch.device("cpu"), engine.tokenizer, lines,
+                          decode, batch_size, None, on_too_long)
 
 
 __all__ = ['run_export_ctranslate2']

@@ -1,7 +1,7 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 0dd5a6c73762bca6
+# digest: f0baad955c323279
 # fmt: off
 
 # [book/12_translation.ipynb, cell 4d681ebd]
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 
@@ -71,18 +72,18 @@ def translate_lines(model: Transformer, tokenizer: TextTokenizer, lines: Iterabl
     else:
         def decode(src: torch.Tensor) -> torch.Tensor:
             return decode_unchecked(model, src, max_len)
-    return _translate_unchecked(model, tokenizer, list(lines), decode, batch_size,
-                                dtype, on_too_long)
+    return translate_with(c, device, tokenizer, list(lines), decode, batch_size, dtype,
+                          on_too_long)
 
 
 # [book/12_translation.ipynb, cell 3930bf4f]
-def _translate_unchecked(model: Transformer, tokenizer: TextTokenizer, lines: list[str],
-                         decode: Callable[[torch.Tensor], torch.Tensor],
-                         batch_size: int, dtype: torch.dtype | None,
-                         on_too_long: str | Callable[[int, int], object]) -> list[str]:
-    """:func:`translate_lines` after its checks: ``decode`` maps a batch of sources
-    (B, S) on the model's device to output ids (B, T)."""
-    c, device = model.config, next(model.parameters()).device
+def translate_with(c: Any, device: torch.device, tokenizer: TextTokenizer,
+                   lines: list[str], decode: Callable[[torch.Tensor], torch.Tensor],
+                   batch_size: int, dtype: torch.dtype | None,
+                   on_too_long: str | Callable[[int, int], object]) -> list[str]:
+    """:func:`translate_lines` after its checks, for any decoder: ``decode`` maps a
+    batch of sources (B, S) on ``device`` to output ids (B, T); ``c`` is the model's
+    config (its vocabulary sizes, max_len and pad_id)."""
     encoded = [tokenizer.encode(line.strip()) for line in lines]
     for number, line_ids in enumerate(encoded, 1):
         if line_ids and max(line_ids) >= c.src_vocab_size:
