@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: b318171d9e3f4e35
+# digest: d2252cd1736f7844
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell c1ea5234]
@@ -125,7 +125,8 @@ def _add_translate_parser(sub) -> None:
         "(--engine ctranslate2: a directory from 'export-ctranslate2')")
     add("--engine", choices=["torch", "packed", "ctranslate2"], default="torch",
         help="the book's decoders; the same on weights packed for the CPU (the same "
-        "outputs up to near ties, faster); or CTranslate2 (greedy or --beam, CPU)")
+        "outputs up to near ties: the serving appendix); or CTranslate2 (greedy or "
+        "--beam, on the CPU)")
     add("--output", metavar="FILE", help="write here instead of standard output")
     add("--truncate", action="store_true", help="translate the first max_len tokens "
         "of a longer line (default: such a line is an error)")
