@@ -12,17 +12,28 @@ never downloads anything), it
    on a GPU with ``--device cuda --precision bf16``;
 3. translates test2016 greedy and with beam 4 (``translate``), averages the last checkpoints (``average``)
    and translates greedy with the average too;
-4. scores with sacreBLEU (corpus BLEU with its signature, and a bootstrap interval) and chrF, with a paired
-   bootstrap interval of averaged - last BLEU;
+4. scores with sacreBLEU (corpus BLEU with its signature, and a bootstrap interval), the same BLEU on
+   lowercased text (``lowercase=True``, 13a tokens: how published Multi30k figures are often computed),
+   a torchtext-style BLEU on lowercased spaCy tokens when spaCy is installed, and chrF, with a paired
+   bootstrap interval of averaged - last BLEU; with ``--against FILE`` (an earlier result file), the
+   paired bootstrap of each decoding against that run's, on the same test sentences;
 5. writes the result JSON (default ``benchmarks/results/multi30k.json``) atomically: date, commit,
-   machine, options, run times, the validation loss curve, the scores and 20 sample translations.
+   machine, options, run times (wall and CPU seconds of each training segment), the validation loss
+   curve, the scores, 20 sample translations, and every hypothesis with its reference (``outputs``), so
+   that the file can be scored again without the data or the model.
+
+``python recipes/multi30k.py rescore FILE [--against BASE]`` scores a result file again from the
+hypotheses it stores (no data, no model; the file is rewritten atomically), e.g. to add a metric, or the
+paired test of a variant against the run in BASE. A file written before the recipe stored its hypotheses
+cannot be rescored: it holds 20 sample translations, not the test set's.
 
 Running it again with the same ``--work`` continues: training resumes from the run's checkpoint (the
 tool's ``--resume``), or is skipped when it has made its ``--steps``; translations of an unchanged model
 are reused. ``--smoke`` runs the same steps on 1000 pairs with a tiny model for 30 updates (the tests).
 
-Usage: ``python recipes/multi30k.py --data DIR [--work DIR] [--out FILE] [--steps N] [--smoke]``
-(``--help`` for every option). Exit status: 0; 1 on an error (one line on stderr); 130 after Ctrl-C.
+Usage: ``python recipes/multi30k.py --data DIR [--work DIR] [--out FILE] [--steps N] [--smoke]
+[--against FILE]``, or ``python recipes/multi30k.py rescore FILE [--against FILE]`` (``--help`` for every
+option). Exit status: 0; 1 on an error (one line on stderr); 130 after Ctrl-C.
 """
 from __future__ import annotations
 
@@ -49,7 +60,7 @@ from transformer_lib.cli.common import OneLineParser, bucket_loader, number_opti
 from transformer_lib.model import Transformer
 from transformer_lib.training.files import atomic_write
 from transformer_lib.translation.corpus import read_aligned, write_tsv
-from transformer_lib.translation.metrics import bleu_ci, bootstrap_ci, corpus_bleu
+from transformer_lib.translation.metrics import bleu_ci, corpus_bleu, paired_bleu_ci
 from transformer_lib.translation.model_dir import load_config_and_tokenizer
 from transformer_lib.translation.tokenizer import BPETokenizer, encode_pairs
 
@@ -102,6 +113,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=_count, help="CPU threads of the tool (default: PyTorch's choice)")
     p.add_argument("--note", default="", help="a sentence kept in the result file (options.note), e.g. that the "
                    "run shared its machine with other work")
+    p.add_argument("--against", type=Path, help="an earlier result file (with its hypotheses): compare each "
+                   "decoding with that run's on the same sentences (paired bootstrap), e.g. a variant against "
+                   f"{RESULT.relative_to(ROOT)}")
     args = p.parse_args(argv)
     for name, value in (SMOKE if args.smoke else DEFAULTS).items():
         if getattr(args, name) is None:
@@ -303,44 +317,89 @@ def average(args, state: dict, missing: str | None) -> tuple[Path | None, str | 
     return out, None
 
 
-def sentence_counts(hypotheses: list[str], references: list[str]) -> np.ndarray:
-    """(n, 2 + 2 * 4): each sentence's length, its reference's, n-gram matches and totals (sacreBLEU's)."""
+def spacy_bleu(hypotheses: list[str], references: list[str]) -> float | None:
+    """BLEU as torchtext's ``bleu_score`` computes it on lowercased spaCy tokens (Ben Trevett's tutorial:
+    spaCy's English tokenizer, lowercased tokens, 4-grams, no smoothing), or None without spaCy. The
+    tokenizer is spaCy's rule-based English one (``spacy.blank("en")``, the tokenizer its English models
+    share); the hypotheses are detokenized text, tokenized here like the references."""
+    try:
+        import spacy
+    except ImportError:
+        return None
     from sacrebleu.metrics import BLEU
-    bleu = BLEU()
-    scores = (bleu.corpus_score([h], [[r]]) for h, r in zip(hypotheses, references))
-    return np.array([[s.sys_len, s.ref_len, *s.counts, *s.totals] for s in scores], dtype=float)
+    tokenizer = spacy.blank("en").tokenizer
+
+    def tokens(lines: list[str]) -> list[str]:
+        return [" ".join(t.text.lower() for t in tokenizer(line)) for line in lines]
+
+    bleu = BLEU(tokenize="none", smooth_method="none", force=True)
+    return float(bleu.corpus_score(tokens(hypotheses), [tokens(references)]).score)
 
 
-def bleu_of_counts(rows: np.ndarray) -> float:
-    """Corpus BLEU of the sentences whose ``sentence_counts`` are ``rows`` (as sacreBLEU's bootstrap)."""
-    from sacrebleu.metrics import BLEU
-    bleu = BLEU()
-    n = bleu.max_ngram_order
-    sys_len, ref_len, *sums = rows.sum(axis=0).round().astype(int).tolist()
-    return float(bleu.compute_bleu(sums[:n], sums[n:], sys_len, ref_len, smooth_method=bleu.smooth_method,
-                                   smooth_value=bleu.smooth_value, effective_order=bleu.effective_order,
-                                   max_ngram_order=n).score)
+SPACY_SIGNATURE = "spaCy English tokenizer, lowercased tokens, 4-grams, no smoothing (torchtext's bleu_score)"
 
 
-def scores(hypotheses: dict[str, list[str]], references: list[str], seed: int) -> dict:
-    """BLEU (with its 95% bootstrap interval) and chrF of each system; averaged - last BLEU, paired."""
-    from sacrebleu.metrics import CHRF
-    result: dict = {"systems": {}, "averaged_minus_last": None, "level": LEVEL, "resamples": N_RESAMPLES}
+def scores(hypotheses: dict[str, list[str]], references: list[str], seed: int,
+           baseline: dict | None = None) -> dict:
+    """BLEU (with its 95% bootstrap interval), lowercased BLEU (and lowercased spaCy-token BLEU when spaCy is
+    installed) and chrF of each system; averaged - last BLEU, paired; with ``baseline`` (an earlier result
+    file holding its hypotheses), each system minus the baseline's same system, paired."""
+    from sacrebleu.metrics import BLEU, CHRF
+    result: dict = {"systems": {}, "averaged_minus_last": None, "against": None, "level": LEVEL,
+                    "resamples": N_RESAMPLES}
+    lowercased = BLEU(lowercase=True)
     for name, hyps in hypotheses.items():
         bleu, signature = corpus_bleu(hyps, references)
         _, low, high = bleu_ci(hyps, references, n_resamples=N_RESAMPLES, level=LEVEL, seed=seed)
         chrf = CHRF()
         result["systems"][name] = {"bleu": bleu, "bleu_low": low, "bleu_high": high,
+                                   "bleu_lc": float(lowercased.corpus_score(hyps, [references]).score),
                                    "chrf": float(chrf.corpus_score(hyps, [references]).score)}
+        spacy = spacy_bleu(hyps, references)
+        if spacy is not None:
+            result["systems"][name]["bleu_spacy_lc"] = spacy
+            result["bleu_spacy_lc_signature"] = SPACY_SIGNATURE
         result["bleu_signature"], result["chrf_signature"] = signature, str(chrf.get_signature())
+        result["bleu_lc_signature"] = str(lowercased.get_signature())
     if "averaged_greedy" in hypotheses:
-        last = sentence_counts(hypotheses["greedy"], references)
-        rows, width = np.hstack([last, sentence_counts(hypotheses["averaged_greedy"], references)]), last.shape[1]
-        diff = bootstrap_ci(rows, lambda r: bleu_of_counts(r[:, width:]) - bleu_of_counts(r[:, :width]),
-                            n_resamples=N_RESAMPLES, level=LEVEL, seed=seed)
+        diff = paired_bleu_ci(hypotheses["greedy"], hypotheses["averaged_greedy"], references,
+                              n_resamples=N_RESAMPLES, level=LEVEL, seed=seed)
         result["averaged_minus_last"] = {"bleu": diff[0], "low": diff[1], "high": diff[2], "level": LEVEL,
                                          "resamples": N_RESAMPLES, "decoding": "greedy"}
+    if baseline is not None:
+        result["against"] = against(hypotheses, references, baseline, seed)
     return result
+
+
+def load_baseline(path: Path | None) -> dict | None:
+    """The result file ``--against`` names, checked to hold its hypotheses (None without ``--against``)."""
+    if path is None:
+        return None
+    try:
+        base = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RecipeError(f"--against {path}: cannot read it as a result file ({exc})") from None
+    if not isinstance(base, dict) or "hypotheses" not in base.get("outputs", {}):
+        raise RecipeError(f"--against {path}: it holds no hypotheses (a file recorded before the recipe "
+                          "stored them), so no paired test can be made against it")
+    base["file"] = path.name
+    return base
+
+
+def against(hypotheses: dict[str, list[str]], references: list[str], base: dict, seed: int) -> dict:
+    """Each system's BLEU minus the same system's in ``base`` (a result file with its hypotheses), with
+    the paired bootstrap interval (translation.metrics.paired_bleu_ci) on the same test sentences."""
+    if base["outputs"]["references"] != references:
+        raise RecipeError(f"--against {base['file']}: its references are not this run's (another test set, "
+                          "or another order): a paired test needs the same sentences")
+    systems = {}
+    for name, hyps in hypotheses.items():
+        if name in base["outputs"]["hypotheses"]:
+            diff = paired_bleu_ci(base["outputs"]["hypotheses"][name], hyps, references,
+                                  n_resamples=N_RESAMPLES, level=LEVEL, seed=seed)
+            systems[name] = {"bleu": diff[0], "low": diff[1], "high": diff[2]}
+    return {"file": base["file"], "commit": base.get("commit"), "level": LEVEL, "resamples": N_RESAMPLES,
+            "difference": "this run's BLEU minus the file's, paired on the same sentences", "systems": systems}
 
 
 def loss_curve(log: Path) -> dict:
@@ -396,6 +455,7 @@ def commit() -> tuple[str | None, bool | None]:
 
 
 def run(args) -> dict:
+    baseline = load_baseline(args.against)       # checked before anything is trained
     pairs = prepare_corpus(args)
     state = load_state(args)
     save_state(args, state)
@@ -430,9 +490,10 @@ def run(args) -> dict:
         "curve": loss_curve(args.work / "train.log"),
         "averaging": {"skipped": skipped, "last": args.keep, "checkpoints": kept,
                       "steps": [int(re.sub(r"\D", "", name)) for name in kept]},
-        "scores": scores(hyps, references, args.seed),
+        "scores": scores(hyps, references, args.seed, baseline),
         "samples": [{"index": i, "source": sources[i], "reference": references[i],
                      **{k: v[i] for k, v in hyps.items()}} for i in picked],
+        "outputs": {"references": references, "hypotheses": hyps},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(args.out, json.dumps(result, indent=2, ensure_ascii=False) + "\n")
@@ -446,8 +507,57 @@ def train_cpu_seconds(segments: list[dict]) -> float | None:
     return float(sum(segment["cpu_seconds"] for segment in segments))
 
 
-def main(argv=None) -> int:
+def parse_rescore_args(argv: list[str]) -> argparse.Namespace:
+    p = OneLineParser(prog="multi30k.py rescore", description="Score a result file again from the hypotheses "
+                      "it stores (no data, no model); the file is rewritten atomically.")
+    p.add_argument("file", type=Path, help="a result file written by this recipe")
+    p.add_argument("--against", type=Path, help="an earlier result file (with its hypotheses): the paired "
+                   "test of each decoding against that run's")
+    return p.parse_args(argv)
+
+
+def rescore(path: Path, baseline_path: Path | None = None) -> dict:
+    """Score the result file ``path`` again from its stored hypotheses (every metric of ``scores``), and
+    rewrite it atomically; everything else in it is kept. A file without hypotheses is an error saying so."""
     try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RecipeError(f"{path}: cannot read it as a result file ({exc})") from None
+    outputs = result.get("outputs") if isinstance(result, dict) else None
+    if not outputs or "hypotheses" not in outputs:
+        samples = len(result.get("samples", [])) if isinstance(result, dict) else 0
+        raise RecipeError(f"{path}: it holds no hypotheses, only {samples} sample translations (it was "
+                          "recorded before the recipe stored them), so it cannot be scored again")
+    baseline = load_baseline(baseline_path)
+    result["scores"] = scores(outputs["hypotheses"], outputs["references"], result["options"]["seed"],
+                              baseline)
+    result["rescored"] = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                          "commit": commit()[0]}
+    atomic_write(path, json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    return result
+
+
+def report(result: dict, out: Path) -> None:
+    """The scores, printed."""
+    s = result["scores"]
+    for name, score in s["systems"].items():
+        print(f"{name:16} BLEU {score['bleu']:5.2f} [{score['bleu_low']:.2f}, {score['bleu_high']:.2f}]"
+              f"  lowercased {score['bleu_lc']:5.2f}  chrF {score['chrf']:5.2f}")
+    if s["averaged_minus_last"]:
+        d = s["averaged_minus_last"]
+        print(f"averaged - last  BLEU {d['bleu']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}]")
+    for name, d in (s.get("against") or {}).get("systems", {}).items():
+        print(f"{name} - {s['against']['file']}  BLEU {d['bleu']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}]")
+    print(f"{s['bleu_signature']}\nwritten: {out}", flush=True)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        if argv[:1] == ["rescore"]:
+            rescore_args = parse_rescore_args(argv[1:])
+            report(rescore(rescore_args.file, rescore_args.against), rescore_args.file)
+            return 0
         args = parse_args(argv)
         result = run(args)
     except KeyboardInterrupt:
@@ -457,14 +567,7 @@ def main(argv=None) -> int:
     except (RecipeError, ValueError, OSError) as exc:
         print(f"multi30k.py: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 1
-    s = result["scores"]
-    for name, score in s["systems"].items():
-        print(f"{name:16} BLEU {score['bleu']:5.2f} [{score['bleu_low']:.2f}, {score['bleu_high']:.2f}]"
-              f"  chrF {score['chrf']:5.2f}")
-    if s["averaged_minus_last"]:
-        d = s["averaged_minus_last"]
-        print(f"averaged - last  BLEU {d['bleu']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}]")
-    print(f"{s['bleu_signature']}\nwritten: {args.out}", flush=True)
+    report(result, args.out)
     return 0
 
 

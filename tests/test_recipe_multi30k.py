@@ -1,10 +1,13 @@
 """Tests of recipes/multi30k.py, the recorded Multi30k run (book/appendix_real_corpus.ipynb reads its result).
 
 Fast: the one-line error for a missing data file, gzipped raw files, the loss curve read from the tool's
-stderr, the scores and the paired interval of averaged - last BLEU, the reuse of an averaged model, and the
-options a run keeps. Slow (it starts the command-line tool): the whole recipe in ``--smoke`` mode on a fake
-Multi30k folder of generated sentence pairs in the same file layout: the result JSON has every field, its
-scores lie in range, and running it again continues the run (``--resume``) and reuses the translations."""
+stderr, the CPU seconds of every training segment (an interrupted one too), the scores (lowercased BLEU,
+the spaCy-token BLEU when spaCy is there) and the paired intervals of averaged - last BLEU and of a run
+against another, rescoring a file from its stored hypotheses (and refusing one without them), the reuse
+of an averaged model, and the options a run keeps. Slow (it starts the command-line tool): the whole recipe
+in ``--smoke`` mode on a fake Multi30k folder of generated sentence pairs in the same file layout: the result
+JSON has every field (every hypothesis among them), its scores lie in range, running it again continues the
+run (``--resume``) and reuses the translations, and the file can be rescored from itself."""
 from __future__ import annotations
 
 import contextlib
@@ -23,7 +26,7 @@ import pytest
 import torch
 
 from transformer_lib.translation.corpus import generate_pairs
-from transformer_lib.translation.metrics import corpus_bleu
+from transformer_lib.translation.metrics import corpus_bleu, paired_bleu_ci
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "recipes"))
@@ -148,13 +151,147 @@ def test_scores_and_the_paired_interval():
     assert multi30k.scores({"greedy": last}, refs, seed=0)["averaged_minus_last"] is None
 
 
-def test_the_counts_give_sacrebleus_corpus_bleu():
+def test_the_paired_interval_is_the_librarys_paired_bleu_ci():
     pairs = generate_pairs(40, seed=2)
     refs = [p.tgt for p in pairs]
-    hyps = [" ".join(r.split(" ")[:-1]) or r for r in refs]
-    counts = multi30k.sentence_counts(hyps, refs)
-    assert multi30k.bleu_of_counts(counts) == pytest.approx(corpus_bleu(hyps, refs)[0])
-    assert multi30k.bleu_of_counts(np.concatenate([counts, counts])) == pytest.approx(corpus_bleu(hyps, refs)[0])
+    last = [" ".join(r.split(" ")[:-1]) or r for r in refs]
+    s = multi30k.scores({"greedy": last, "averaged_greedy": refs}, refs, seed=3)
+    d = s["averaged_minus_last"]
+    assert (d["bleu"], d["low"], d["high"]) == paired_bleu_ci(last, refs, refs, seed=3)
+
+
+def test_lowercased_bleu_forgives_case_and_never_falls_below_cased_bleu():
+    from sacrebleu.metrics import BLEU
+    pairs = generate_pairs(50, seed=4)
+    refs = [p.tgt for p in pairs]
+    shouted = [r.upper() if i % 2 else r for i, r in enumerate(refs)]       # right words, wrong case
+    cut = [" ".join(r.split(" ")[:-1]) or r for r in shouted]
+    s = multi30k.scores({"greedy": shouted, "beam4": cut}, refs, seed=0)
+    assert s["systems"]["greedy"]["bleu_lc"] == pytest.approx(100)
+    for name, hyps in (("greedy", shouted), ("beam4", cut)):
+        got = s["systems"][name]
+        assert got["bleu_lc"] == pytest.approx(BLEU(lowercase=True).corpus_score(hyps, [refs]).score)
+        assert got["bleu_lc"] >= got["bleu"]
+    assert s["bleu_lc_signature"].startswith("nrefs:1|case:lc|") and "tok:13a" in s["bleu_lc_signature"]
+
+
+def test_the_spacy_bleu_lowercases_spacy_tokens_or_is_absent(monkeypatch):
+    """Without spaCy the score is None and not in the file; with it (a stand-in module here, splitting
+    words and a final full stop as spaCy does) it is BLEU on lowercased tokens without smoothing."""
+    refs, hyps = ["A dog runs.", "Two men sit on a bench."], ["a DOG runs .", "Two men sit."]
+    monkeypatch.setitem(sys.modules, "spacy", None)                   # import spacy raises ImportError
+    assert multi30k.spacy_bleu(hyps, refs) is None
+    assert "bleu_spacy_lc" not in multi30k.scores({"greedy": hyps}, refs, seed=0)["systems"]["greedy"]
+
+    class Token:
+        def __init__(self, text):
+            self.text = text
+
+    class Blank:
+        @staticmethod
+        def tokenizer(line):
+            return [Token(w) for w in line.replace(".", " .").split()]
+
+    monkeypatch.setitem(sys.modules, "spacy", type(sys)("spacy"))
+    sys.modules["spacy"].blank = lambda lang: Blank()
+    from sacrebleu.metrics import BLEU
+    want = BLEU(tokenize="none", smooth_method="none").corpus_score(
+        ["a dog runs .", "two men sit ."], [["a dog runs .", "two men sit on a bench ."]]).score
+    assert multi30k.spacy_bleu(hyps, refs) == pytest.approx(want)
+    s = multi30k.scores({"greedy": hyps}, refs, seed=0)
+    assert s["systems"]["greedy"]["bleu_spacy_lc"] == pytest.approx(want)
+    assert "spaCy" in s["bleu_spacy_lc_signature"]
+
+
+def result_file(path: Path, hyps: dict, refs: list, outputs: bool = True) -> Path:
+    """A result file as the recipe writes it (the fields rescoring reads), with or without its hypotheses."""
+    result = {"date": "2026-01-01T00:00:00+00:00", "note": "kept", "options": {"seed": 0},
+              "scores": multi30k.scores(hyps, refs, seed=0),
+              "samples": [{"index": i, "reference": refs[i], **{k: v[i] for k, v in hyps.items()}}
+                          for i in range(3)]}
+    if outputs:
+        result["outputs"] = {"references": refs, "hypotheses": hyps}
+    path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def test_rescoring_a_file_from_its_stored_hypotheses(tmp_path):
+    refs = [p.tgt for p in generate_pairs(40, seed=5)]
+    base_hyps = {"greedy": [" ".join(r.split(" ")[:-1]) or r for r in refs], "beam4": refs}
+    variant_hyps = {"greedy": refs, "beam4": [r.lower() for r in refs]}
+    base = result_file(tmp_path / "multi30k.json", base_hyps, refs)
+    variant = result_file(tmp_path / "multi30k-x.json", variant_hyps, refs)
+    old = json.loads(variant.read_text(encoding="utf-8"))
+    del old["scores"]["systems"]["greedy"]["bleu_lc"]                     # as a file of an older recipe
+    variant.write_text(json.dumps(old), encoding="utf-8")
+    status, err = run_main(["rescore", str(variant), "--against", str(base)])
+    assert status == 0, err
+    new = json.loads(variant.read_text(encoding="utf-8"))
+    assert new["note"] == "kept" and new["outputs"] == old["outputs"] and new["samples"] == old["samples"]
+    assert new["scores"]["systems"]["greedy"]["bleu_lc"] == pytest.approx(100)
+    assert new["rescored"]["date"] and new["scores"]["systems"]["greedy"]["bleu"] == pytest.approx(100)
+    vs = new["scores"]["against"]
+    assert vs["file"] == "multi30k.json" and set(vs["systems"]) == {"greedy", "beam4"}
+    for name in ("greedy", "beam4"):
+        got = vs["systems"][name]
+        want = paired_bleu_ci(base_hyps[name], variant_hyps[name], refs, seed=0)
+        assert (got["bleu"], got["low"], got["high"]) == want
+    assert vs["systems"]["greedy"]["low"] > 0 and vs["systems"]["beam4"]["high"] < 0
+
+
+def test_a_file_without_hypotheses_cannot_be_rescored_nor_compared_with(tmp_path):
+    refs = [p.tgt for p in generate_pairs(20, seed=6)]
+    old = result_file(tmp_path / "old.json", {"greedy": refs}, refs, outputs=False)
+    before = old.read_bytes()
+    status, err = run_main(["rescore", str(old)])
+    assert status == 1 and err.count("\n") == 1
+    assert "holds no hypotheses, only 3 sample translations" in err and "cannot be scored again" in err
+    assert old.read_bytes() == before                                    # left as it was
+    good = result_file(tmp_path / "good.json", {"greedy": refs}, refs)
+    status, err = run_main(["rescore", str(good), "--against", str(old)])
+    assert status == 1 and "no paired test can be made against it" in err
+    other = result_file(tmp_path / "other.json", {"greedy": refs[::-1]}, refs[::-1])
+    status, err = run_main(["rescore", str(good), "--against", str(other)])
+    assert status == 1 and "a paired test needs the same sentences" in err
+    status, err = run_main(["rescore", str(tmp_path / "none.json")])
+    assert status == 1 and "cannot read it as a result file" in err
+
+
+def test_a_run_against_a_file_without_hypotheses_stops_before_training(tmp_path):
+    data = fake_multi30k(tmp_path / "data")
+    refs = [p.tgt for p in generate_pairs(20, seed=6)]
+    old = result_file(tmp_path / "old.json", {"greedy": refs}, refs, outputs=False)
+    status, err = run_main(["--data", str(data), "--smoke", "--against", str(old)])
+    assert status == 1 and "no paired test can be made against it" in err
+    assert not (data / "recipe-work-smoke").exists()
+
+
+def test_every_training_segment_records_its_cpu_seconds(tmp_path, monkeypatch):
+    """The training's CPU seconds (with its wall seconds: how many cores it really had) are recorded for
+    every segment, also one that was interrupted."""
+    args = multi30k.parse_args(["--data", str(tmp_path), "--work", str(tmp_path / "w"), "--smoke"])
+    run = tmp_path / "w" / "model"
+
+    def busy_tool(arguments, what, log=None, stop=False):
+        subprocess.run([sys.executable, "-c", "sum(i * i for i in range(3_000_000))"], check=True)
+        run.mkdir(parents=True, exist_ok=True)
+        torch.save({"step": 10 if stop else 30}, run / "checkpoint.pt")
+        if stop:
+            raise KeyboardInterrupt
+        return 1.0
+
+    monkeypatch.setattr(multi30k, "run_tool", lambda *a, **k: busy_tool(*a, **k, stop=True))
+    state = {"segments": []}
+    with pytest.raises(KeyboardInterrupt):
+        multi30k.train(args, state, keep=False)
+    monkeypatch.setattr(multi30k, "run_tool", busy_tool)
+    multi30k.train(args, state, keep=False)
+    segments = state["segments"]
+    assert [(s["from_step"], s["to_step"], s["completed"]) for s in segments] == [(0, 10, False), (10, 30, True)]
+    assert all(s["cpu_seconds"] > 0 and s["seconds"] > 0 for s in segments)
+    saved = json.loads((tmp_path / "w" / "recipe.json").read_text(encoding="utf-8"))
+    assert [s["cpu_seconds"] for s in saved["segments"]] == [s["cpu_seconds"] for s in segments]
+    assert multi30k.train_cpu_seconds(segments) == pytest.approx(sum(s["cpu_seconds"] for s in segments))
 
 
 def test_averaging_is_skipped_with_a_reason_or_reuses_its_model(tmp_path, monkeypatch):
@@ -235,6 +372,12 @@ def check_result(result: dict, data: Path, steps: int) -> None:
         assert 0 <= score["bleu_low"] <= score["bleu"] <= score["bleu_high"] <= 100 + 1e-9
         assert 0 <= score["chrf"] <= 100
     assert result["scores"]["bleu_signature"].startswith("nrefs:1|case:mixed|")
+    assert result["scores"]["bleu_lc_signature"].startswith("nrefs:1|case:lc|")
+    assert all(score["bleu_lc"] >= score["bleu"] - 1e-9 for score in systems.values())
+    outputs = result["outputs"]                                 # every hypothesis, for rescoring
+    assert outputs["references"] == (data / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()
+    assert set(outputs["hypotheses"]) == set(systems)
+    assert all(len(h) == len(outputs["references"]) for h in outputs["hypotheses"].values())
     if result["averaging"]["skipped"] is None:                # the tool has --keep-checkpoints and average
         assert "averaged_greedy" in systems and len(result["averaging"]["checkpoints"]) == 5
         assert result["averaging"]["steps"] == list(range(steps - 20, steps + 1, 5))   # every 5, the last 5
@@ -273,6 +416,11 @@ def test_the_smoke_run_writes_every_field_and_continues(tmp_path):
     again = json.loads(out.read_text(encoding="utf-8"))
     assert out.stat().st_mtime_ns != before and again["scores"] == result["scores"]
     assert again["time"] == result["time"]                 # the same segments, the translations' own times
+    status, err = run_main(["rescore", str(out), "--against", str(out)])    # from the file alone
+    assert status == 0, err
+    rescored = json.loads(out.read_text(encoding="utf-8"))
+    assert rescored["scores"]["systems"] == result["scores"]["systems"]
+    assert all(d["bleu"] == d["low"] == d["high"] == 0 for d in rescored["scores"]["against"]["systems"].values())
 
 
 @pytest.mark.slow
