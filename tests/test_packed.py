@@ -139,6 +139,42 @@ def test_autocast_and_float64_fall_back_to_f_linear_exactly():
         assert torch.equal(packed(x.double()), F.linear(x.double(), double.weight[2:9], double.bias[2:9]))
 
 
+class _OneDNNWithout:
+    """``torch.ops.mkldnn`` as a PyTorch lacking some of its private operators would have it: the names in
+    ``missing`` raise AttributeError, as a missing operator does; the others are the real ones."""
+
+    def __init__(self, real, missing: set[str]):
+        self.real, self.missing = real, missing
+
+    def __getattr__(self, name: str):
+        if name in self.missing:
+            raise AttributeError(f"'_OpNamespace' 'mkldnn' object has no attribute '{name}'")
+        return getattr(self.real, name)
+
+
+@pytest.mark.parametrize("missing", [{"_reorder_linear_weight"}, {"_linear_pointwise"},
+                                     {"_reorder_linear_weight", "_linear_pointwise"}])
+def test_without_the_private_onednn_operators_the_decoders_fall_back_to_f_linear(monkeypatch, missing):
+    """A PyTorch whose oneDNN lacks either private operator PackedLinear calls (simulated by hiding them):
+    every layer keeps its weight and runs F.linear, even for products above PACKED_MIN_WORK (set to 0 here,
+    so that every product would otherwise be oneDNN's), and greedy decoding, beam search and sampling give
+    the plain model's outputs, as ``translate --engine packed`` needs after a torch upgrade."""
+    import transformer_lib.packed as packed_module
+    torch.ops.mkldnn                                       # noqa: B018  (resolve the namespace once)
+    monkeypatch.setattr(torch.ops, "mkldnn", _OneDNNWithout(torch.ops.mkldnn, missing))
+    monkeypatch.setattr(packed_module, "PACKED_MIN_WORK", 0)
+    model = random_model(3)
+    fast, src = PackedDecoder(model), sources(3, model)
+    layers, output = fast.packed()
+    assert output.packed is None and all(lin.packed is None for layer in layers for lin in vars(layer).values()
+                                         if isinstance(lin, PackedLinear))
+    greedy = compare_outputs(model, src, greedy_decode(model, src), greedy_decode(fast, src))
+    beams = compare_outputs(model, src, beam(model, src), beam(fast, src), length_penalty=1.0)
+    assert greedy["different"] == 0 and beams["different"] == 0, (greedy, beams)
+    draws = [sample(m, src, temperature=1.5, generator=torch.Generator().manual_seed(0)) for m in (model, fast)]
+    assert torch.equal(*draws)
+
+
 # ---------------------------------------------------------------- the decoders, float32: up to near ties
 
 @pytest.mark.parametrize("shape", SHAPES)

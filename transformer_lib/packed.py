@@ -1,7 +1,7 @@
 """Generated from book/appendix_serving.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: cc6b29e9a103f65f
+# digest: d238a2d0dcc4a4af
 # fmt: off
 
 # [book/appendix_serving.ipynb, cell 6a70c904]
@@ -44,9 +44,10 @@ class PackedLinear:
         self.packed = None
         if (self.weight.device.type == "cpu" and self.weight.dtype == torch.float32
                 and torch.backends.mkldnn.is_available()):
-            try:
-                self.packed = torch.ops.mkldnn._reorder_linear_weight(
-                    self.weight.contiguous(), PACK_ROWS)
+            try:                           # both operators, or F.linear throughout
+                reorder = torch.ops.mkldnn._reorder_linear_weight
+                self.product = torch.ops.mkldnn._linear_pointwise
+                self.packed = reorder(self.weight.contiguous(), PACK_ROWS)
             except (AttributeError, RuntimeError):     # an older or other build
                 self.packed = None
 
@@ -54,8 +55,7 @@ class PackedLinear:
         if (self.packed is None or x.numel() * self.weight.size(0) < PACKED_MIN_WORK
                 or torch.is_autocast_enabled("cpu")):
             return F.linear(x, self.weight, self.bias)
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [],
-                                                  "")
+        return self.product(x, self.packed, self.bias, "none", [], "")
 
     @classmethod
     def of(cls, linear: nn.Linear, rows: slice = slice(None)) -> PackedLinear:
