@@ -72,7 +72,7 @@ def test_paired_exact_gives_a_direction_only_when_the_test_does():
     four = paired_exact(before, np.r_[np.ones(4), np.zeros(96)].astype(bool))
     six = paired_exact(before, np.r_[np.ones(6), np.zeros(94)].astype(bool))
     assert four.direction() == 0 and "no different beyond the noise" in four.describe()
-    assert "4 outputs became right and 0 became wrong (exact test p = 0.12" in four.describe()
+    assert "of 100 outputs, 4 made right and 0 made wrong, exact test p = 0.12" in four.describe()
     assert six.direction() == 1 and six.describe().startswith("higher by 6.0 points")
     assert paired_exact(np.ones(6, bool), np.zeros(6, bool)).direction() == -1
     assert "the same, item for item" in paired_exact(before, before).describe()

@@ -1,7 +1,7 @@
 """Generated from book/10b_training_measured.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: e43b93e56210bf13
+# digest: d6cdb28073bb00dc
 # fmt: off
 
 # [book/10b_training_measured.ipynb, cell 6f228188]
@@ -53,14 +53,14 @@ class PairedExact(NamedTuple):
 
     def describe(self, noun: str = "outputs", alpha: float = 0.05) -> str:
         """The comparison in words: the counts always, a direction only when the exact
-        test gives one (``p < alpha``)."""
-        counts = (f"{self.made_right} {noun} became right and {self.made_wrong} "
-                  f"became wrong ({format_p(self.p)})")
-        way = self.direction(alpha)
+        test gives one (``p < alpha``). ``noun`` names the items, in the plural."""
         if self.made_right == self.made_wrong == 0:
-            return f"the same, item for item (0 {noun} changed)"
+            return f"the same, item for item (0 of {self.n} {noun} changed)"
+        counts = (f"of {self.n} {noun}, {self.made_right} made right and "
+                  f"{self.made_wrong} made wrong, {format_p(self.p)}")
+        way = self.direction(alpha)
         if way == 0:
-            return (f"no different beyond the noise ({100 * self.change:+.1f} points: "
+            return (f"no different beyond the noise ({100 * self.change:+.1f} points; "
                     f"{counts})")
         word = "higher" if way > 0 else "lower"
         return f"{word} by {100 * abs(self.change):.1f} points ({counts})"
