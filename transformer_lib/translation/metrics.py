@@ -1,7 +1,7 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 33ddeab5028831a4
+# digest: aba6531d2a3fdd04
 # fmt: off
 
 # [book/12_translation.ipynb, cell b8dce5d6]
@@ -45,10 +45,10 @@ def bleu_ci(hypotheses: Sequence[str], references: Sequence[str], *,
             n_resamples: int = 1000, level: float = 0.95,
             seed: int = 0) -> tuple[float, float, float]:
     """(BLEU, low, high): the score of :func:`corpus_bleu` and its bootstrap interval
-    over sentences (:func:`transformer_lib.stats.bootstrap_ci`). A resample's BLEU is computed from the sums
-    of its sentences' n-gram counts, as sacrebleu's own bootstrap does; a sentence's
-    counts come from sacrebleu's score of that sentence alone. Needs the ``bleu``
-    extra."""
+    over sentences (:func:`transformer_lib.stats.bootstrap_ci`). A resample's BLEU is
+    computed from the sums of its sentences' n-gram counts, as sacrebleu's own
+    bootstrap does; a sentence's counts come from sacrebleu's score of that sentence
+    alone. Needs the ``bleu`` extra."""
     counts, score = _sentence_counts(hypotheses, references)
     return bootstrap_ci(counts, score, n_resamples=n_resamples, level=level, seed=seed)
 
