@@ -178,3 +178,9 @@ def test_seeds_above_and_describe_interval():
     assert describe_interval(-0.09, -0.14, -0.04, down="under-confident") == (
         "under-confident by 9.0 points (95 % CI -14.0 to -4.0)")
     assert describe_interval(0.01, -0.02, 0.04).startswith("within noise (+1.0 points")
+
+
+def test_describe_interval_never_prints_a_nonzero_bound_as_zero():
+    text = describe_interval(-0.1, -0.27, -0.0004)
+    assert text == "lower by 10.0 points (95 % CI -27.0 to -0.04)"
+    assert describe_interval(0.1, 0.0, 0.3).endswith("+0.0 to +30.0)")   # a bound of 0 is 0

@@ -1,7 +1,7 @@
 """Generated from book/10b_training_measured.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: d6cdb28073bb00dc
+# digest: 7fe2929bbee5d7c2
 # fmt: off
 
 # [book/10b_training_measured.ipynb, cell 6f228188]
@@ -216,13 +216,22 @@ def describe_interval(estimate: float, low: float, high: float, *,
     """A difference and its ``level`` interval in words: a direction only when the
     interval excludes 0. ``up`` and ``down`` are the words for the two directions (the
     number follows them after "by"), ``scale`` and ``unit`` how numbers are printed."""
-    ci = (f"{100 * level:g} % CI {scale * low:+.{digits}f} to "
-          f"{scale * high:+.{digits}f}")
+    ci = f"{100 * level:g} % CI {_bound(low, scale, digits)} to " + _bound(
+        high, scale, digits)
     if low > 0:
         return f"{up} by {scale * estimate:.{digits}f}{unit} ({ci})"
     if high < 0:
         return f"{down} by {-scale * estimate:.{digits}f}{unit} ({ci})"
     return f"{same} ({scale * estimate:+.{digits}f}{unit}, {ci})"
+
+
+def _bound(value: float, scale: float, digits: int) -> str:
+    """A bound of an interval, signed, with more digits (up to 3 more) where
+    ``digits`` would round a non-zero bound to 0: "-0.0" would hide which side of 0
+    the bound lies on."""
+    while value != 0 and round(scale * value, digits) == 0 and digits < 6:
+        digits += 1
+    return f"{scale * value:+.{digits}f}"
 
 
 __all__ = [
