@@ -9,7 +9,9 @@ For each ``.html`` file under the book's output folder (default ``_build/html``)
   output excluded); a page with maths elements but no
   MathJax output; a maths element MathJax left untouched; a MathJax error (``merror``, undefined macro);
 * **images**: an ``<img>`` that does not decode (missing file or broken data), any resource answered
-  with an HTTP error or that failed to load;
+  with an HTTP error or that failed to load; an image with no alt text or with a file name for one (what
+  myst-nb writes for a figure whose cell says nothing), and a figure of a notebook's output with no caption
+  (a cell gives both with its metadata ``mystnb: {figure: {caption, name}, image: {alt}}``);
 * **links**: an internal link to a file that does not exist, or to an ``#anchor`` that no element of the
   target page carries (ids are read from the rendered pages, so anchors made by JavaScript count);
 * **JavaScript**: an uncaught exception, a ``console.error``, or a browser error logged while loading;
@@ -92,6 +94,13 @@ PAGE_PROBE = r"""
   for (const img of document.images) img.loading = "eager";
   out.brokenImages = [];
   out.images = Array.from(document.images).map((img) => img.getAttribute("src"));
+  // What a reader who cannot see the image gets (its alt text), and whether a notebook's figure has a caption.
+  out.imageText = Array.from(document.images).map((img) => {
+    const fig = img.closest("figure");
+    return {src: img.getAttribute("src") || "(no src)", alt: img.getAttribute("alt"),
+            output: !!img.closest(".cell_output, .output"),
+            caption: !!(fig && fig.querySelector("figcaption") && fig.querySelector("figcaption").textContent.trim())};
+  });
   await Promise.all(Array.from(document.images).map(async (img) => {
     try { await img.decode(); } catch (e) {}
     if (!img.complete || img.naturalWidth === 0) out.brokenImages.push(img.getAttribute("src") || "(no src)");
@@ -433,6 +442,7 @@ def load_and_probe(browser: Browser, url: str, base: str, rel: str, screenshot: 
 
     for src in info["brokenImages"]:
         result.problems.append(f"image: {src} is missing or does not decode")
+    result.problems.extend(image_text_problems(info["imageText"]))
     for hit in info["rawMath"]:
         result.problems.append(f"maths: raw TeX left on the page: {hit}")
     if info["mathElements"] and not info["mathjaxOutputs"]:
@@ -464,6 +474,25 @@ def load_and_probe(browser: Browser, url: str, base: str, rel: str, screenshot: 
         screenshot.write_bytes(base64.b64decode(shot["data"]))
     result.seconds = time.monotonic() - t0
     return result
+
+
+_FILE_NAME = re.compile(r"(^|/)[^\s/]+\.(png|jpe?g|svg|gif|webp)$", re.IGNORECASE)
+
+
+def image_text_problems(images: list[dict]) -> list[str]:
+    """An image with no alt text, or with a file name for one (what myst-nb writes when a cell says nothing),
+    and a figure of a notebook's output with no caption: a reader who cannot see it gets nothing."""
+    problems = []
+    for img in images:
+        src, alt = img["src"], (img["alt"] or "").strip()
+        name = src.rsplit("/", 1)[-1]
+        if not alt:
+            problems.append(f"image: {name} has no alt text (give the cell mystnb.image.alt)")
+        elif _FILE_NAME.search(alt) or alt == name:
+            problems.append(f"image: the alt text of {name} is a file name ({alt!r}); describe the image")
+        if img["output"] and not img["caption"]:
+            problems.append(f"figure: {name} has no caption (give the cell mystnb.figure.caption)")
+    return problems
 
 
 def _redirect_target(path: Path) -> str | None:
@@ -558,11 +587,13 @@ _SELF_TEST_PAGES = {
     "good.html": """<!doctype html><html><head><meta charset="utf-8"><title>good</title>
 <script>window.MathJax = {tex: {inlineMath: [['\\\\(', '\\\\)']]}};</script>
 <script defer src="mathjax/tex-svg-full.js"></script></head><body>
-<p id="top">Good: <span class="math">\\(x^2\\)</span>, an image <img src="ok.png">,
+<p id="top">Good: <span class="math">\\(x^2\\)</span>, an image <img src="ok.png" alt="a white dot">,
 links <a href="other.html#there">there</a> and <a href="#top">top</a>.
 Code may show TeX: <code>$$x$$ \\(y\\)</code>. A price of $5 and $6 is not maths.</p>
 <p>Chinese and Japanese: 2026年11月30日, 三千七百二十四, 导师引导训练; Latin: zéro, fünf, ␣.</p>
-<pre>2026年11月30日 -> November 30, 2026</pre></body></html>""",
+<pre>2026年11月30日 -> November 30, 2026</pre>
+<div class="cell_output"><figure><img src="ok.png" alt="A white dot, alone."><figcaption><p>Fig. 1 A dot.</p>
+</figcaption></figure></div></body></html>""",
     "other.html": "<!doctype html><html><body><h1 id='there'>there</h1></body></html>",
     "raw_math.html": """<!doctype html><html><body><p>Left raw: $$a+b$$ and \\(q_k\\) and $d_{model}$.</p>
 <p>A heading turned into text: Scaled by \\sqrt{d_{model}}</p></body></html>""",
@@ -570,12 +601,16 @@ Code may show TeX: <code>$$x$$ \\(y\\)</code>. A price of $5 and $6 is not maths
     "tex_error.html": """<!doctype html><html><head>
 <script defer src="mathjax/tex-svg-full.js"></script></head><body>
 <p><span class="math">\\(x^1^2\\)</span> <span class="math">\\(\\nosuchmacro x\\)</span></p></body></html>""",
-    "bad_image.html": """<!doctype html><html><body><img src="missing.png"><img src="broken.png"></body></html>""",
+    "bad_image.html": """<!doctype html><html><body><img src="missing.png" alt="a missing image">
+<img src="broken.png" alt="a broken image"></body></html>""",
+    "bad_alt.html": """<!doctype html><html><body><img src="ok.png"><img src="ok.png" alt="../_images/ok.png">
+<div class="cell_output"><img src="ok.png" alt="A white dot, alone."></div></body></html>""",
     "bad_link.html": """<!doctype html><html><body><a href="nowhere.html">a</a>
 <a href="other.html#nothere">b</a> <a href="#alsonothere">c</a></body></html>""",
     "js_error.html": """<!doctype html><html><body><script>undefinedFunction();</script>
 <script>console.error("boom")</script></body></html>""",
-    "network.html": """<!doctype html><html><body><img src="https://cdn.example.org/x.png"></body></html>""",
+    "network.html": """<!doctype html><html><body><img src="https://cdn.example.org/x.png" alt="a remote image">
+</body></html>""",
     "notebook.html": """<!doctype html><html><body><div class="cell">code</div></body></html>""",
     "redirect.html": """<meta http-equiv="Refresh" content="0; url=nowhere/intro.html" />""",
     # U+17000, a Tangut character: no font of a Debian desktop has it
@@ -589,6 +624,7 @@ _EXPECTED = {
     "no_mathjax.html": ["no MathJax output"],
     "tex_error.html": ["Double exponent", "undefined macro \\nosuchmacro"],
     "bad_image.html": ["missing.png", "broken.png"],
+    "bad_alt.html": ["ok.png has no alt text", "is a file name", "ok.png has no caption"],
     "bad_link.html": ["nowhere.html", "#nothere", "#alsonothere"],
     "js_error.html": ["undefinedFunction", "console.error: boom"],
     "network.html": ["cdn.example.org"],
