@@ -1,47 +1,48 @@
 """The package ``transformer_lib.training``: it re-exports its modules' public names.
 
 Generated from book/10_training.ipynb.
+Generated from book/10c_training_plumbing.ipynb.
 Generated from book/appendix_training_run.ipynb.
 Edit the notebooks, not this file; regenerate with ``python tools/export.py``."""
-# digest: 54b245939b31d706
+# digest: 9771e7d5d3f4ac2f
 # fmt: off
 
 from transformer_lib.training import batching as _batching
 from transformer_lib.training import loss as _loss
 from transformer_lib.training import evaluation as _evaluation
-from transformer_lib.training import checkpoint as _checkpoint
 from transformer_lib.training import schedule as _schedule
+from transformer_lib.training import loop as _loop
+from transformer_lib.training import checkpoint as _checkpoint
 from transformer_lib.training import distributed as _distributed
 from transformer_lib.training import config as _config
 from transformer_lib.training import averaging as _averaging
 from transformer_lib.training import precision as _precision
 from transformer_lib.training import position as _position
-from transformer_lib.training import loop as _loop
 from transformer_lib.training import interrupts as _interrupts
 from transformer_lib.training.batching import *  # noqa: F403
 from transformer_lib.training.loss import *  # noqa: F403
 from transformer_lib.training.evaluation import *  # noqa: F403
-from transformer_lib.training.checkpoint import *  # noqa: F403
 from transformer_lib.training.schedule import *  # noqa: F403
+from transformer_lib.training.loop import *  # noqa: F403
+from transformer_lib.training.checkpoint import *  # noqa: F403
 from transformer_lib.training.distributed import *  # noqa: F403
 from transformer_lib.training.config import *  # noqa: F403
 from transformer_lib.training.averaging import *  # noqa: F403
 from transformer_lib.training.precision import *  # noqa: F403
 from transformer_lib.training.position import *  # noqa: F403
-from transformer_lib.training.loop import *  # noqa: F403
 from transformer_lib.training.interrupts import *  # noqa: F403
 
 __all__ = [
     *_batching.__all__,
     *_loss.__all__,
     *_evaluation.__all__,
-    *_checkpoint.__all__,
     *_schedule.__all__,
+    *_loop.__all__,
+    *_checkpoint.__all__,
     *_distributed.__all__,
     *_config.__all__,
     *_averaging.__all__,
     *_precision.__all__,
     *_position.__all__,
-    *_loop.__all__,
     *_interrupts.__all__,
 ]

@@ -1,11 +1,11 @@
-"""Generated from book/10_training.ipynb: edit the notebook, not this file.
+"""Generated from book/10c_training_plumbing.ipynb: edit the notebook, not this file.
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 22ba09a1d2782b99
+# digest: b9a0d76434901c38
 # fmt: off
 
-# [book/10_training.ipynb, cell 6dc35bdc]
+# [book/10c_training_plumbing.ipynb, cell 6dc35bdc]
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -23,7 +23,7 @@ from transformer_lib.training.checkpoint import CheckpointError, load_checkpoint
 from transformer_lib.training.distributed import unwrap_model
 
 
-# [book/10_training.ipynb, cell d66eb254]
+# [book/10c_training_plumbing.ipynb, cell d66eb254]
 def average_state_dicts(
         state_dicts: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """The element-wise mean of several state dicts of one model: floating-point tensors

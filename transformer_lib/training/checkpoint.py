@@ -1,11 +1,11 @@
-"""Generated from book/10_training.ipynb: edit the notebook, not this file.
+"""Generated from book/10c_training_plumbing.ipynb: edit the notebook, not this file.
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 9f528f6710aab21f
+# digest: 99cd456383140057
 # fmt: off
 
-# [book/10_training.ipynb, cell f719df39]
+# [book/10c_training_plumbing.ipynb, cell f719df39]
 from __future__ import annotations
 
 import random
@@ -26,7 +26,7 @@ from transformer_lib.training.files import atomic_write
 from transformer_lib.training.distributed import unwrap_model
 
 
-# [book/10_training.ipynb, cell 057c2b56]
+# [book/10c_training_plumbing.ipynb, cell 057c2b56]
 def capture_rng_state() -> dict[str, Any]:
     """The states of every random number generator a run draws from (torch, CUDA,
     Python, NumPy), as tensors and plain values only, so that
@@ -56,7 +56,7 @@ def restore_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all([s.cpu() for s in cuda])
 
 
-# [book/10_training.ipynb, cell 587287c7]
+# [book/10c_training_plumbing.ipynb, cell 587287c7]
 class NonFiniteError(FloatingPointError, ValueError):
     """Non-finite values (NaN or inf) where a run needs finite ones: in the weights or
     optimizer state about to be saved, or in the training loss."""

@@ -1,10 +1,10 @@
-"""Generated from book/10_training.ipynb: edit the notebook, not this file.
+"""Generated from book/10c_training_plumbing.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: e6deecd9bee593fb
+# digest: f76f43de36b6da30
 # fmt: off
 
-# [book/10_training.ipynb, cell 18265bcd]
+# [book/10c_training_plumbing.ipynb, cell 18265bcd]
 from __future__ import annotations
 
 import os
@@ -18,7 +18,7 @@ from transformer_lib.checks import check_float, check_int
 from transformer_lib.training.precision import amp_dtype
 
 
-# [book/10_training.ipynb, cell b1d8d4cf]
+# [book/10c_training_plumbing.ipynb, cell b1d8d4cf]
 @dataclass
 class TrainHistory:
     """What :func:`train` measured. ``loss`` and ``lr`` are logged every ``log_every``

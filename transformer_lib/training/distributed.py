@@ -1,11 +1,11 @@
-"""Generated from book/10_training.ipynb: edit the notebook, not this file.
+"""Generated from book/10c_training_plumbing.ipynb: edit the notebook, not this file.
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 8bfe72226d46b647
+# digest: 9cacb9cb9dcaed44
 # fmt: off
 
-# [book/10_training.ipynb, cell 94c0227a]
+# [book/10c_training_plumbing.ipynb, cell 94c0227a]
 from __future__ import annotations
 
 import torch
@@ -19,7 +19,7 @@ from typing import Any
 from transformer_lib.checks import default_device
 
 
-# [book/10_training.ipynb, cell 0d4c1947]
+# [book/10c_training_plumbing.ipynb, cell 0d4c1947]
 def is_distributed() -> bool:
     """Whether this process belongs to a running process group (under ``torchrun``,
     after :func:`setup_distributed`)."""

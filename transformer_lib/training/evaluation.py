@@ -1,7 +1,8 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
+Extended by book/10c_training_plumbing.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 219f554ea0ab03e8
+# digest: 4bcf44170902ff48
 # fmt: off
 
 # [book/10_training.ipynb, cell 11bd0057]
@@ -132,7 +133,7 @@ def exact_match(model: nn.Module, loader: Iterable[Batch],
     return int(right) / max(total, 1)
 
 
-# [book/10_training.ipynb, cell 432ace5d]
+# [book/10c_training_plumbing.ipynb, cell 432ace5d]
 @torch.no_grad()
 def evaluate(model: nn.Module, loader: Iterable[Batch], loss_fn: Callable,
              amp: str | None = None) -> float:

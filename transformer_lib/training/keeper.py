@@ -1,11 +1,11 @@
-"""Generated from book/10_training.ipynb: edit the notebook, not this file.
+"""Generated from book/10c_training_plumbing.ipynb: edit the notebook, not this file.
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 64d899d1a5a20e04
+# digest: 51736787e02fac5b
 # fmt: off
 
-# [book/10_training.ipynb, cell 1ae85b79]
+# [book/10c_training_plumbing.ipynb, cell 1ae85b79]
 from __future__ import annotations
 
 import contextlib
@@ -29,7 +29,7 @@ from transformer_lib.training.distributed import world_size
 from transformer_lib.training.interrupts import Interrupts
 
 
-# [book/10_training.ipynb, cell 09b65e47]
+# [book/10c_training_plumbing.ipynb, cell 09b65e47]
 class Keeper:
     """What keeps a run of :func:`train` across interruptions. This one keeps nothing:
     the run starts at step 0, writes no checkpoint and leaves Ctrl-C alone. The

@@ -1,8 +1,9 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
+Extended by book/10c_training_plumbing.ipynb.
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 0a9525d2c322332c
+# digest: 4ce934d729e91433
 # fmt: off
 
 # [book/10_training.ipynb, cell 4bdf88f1]
@@ -10,14 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
 from torch import nn
-from tqdm import tqdm
 
 from transformer_lib.training.batching import Batch
 from transformer_lib.training.checkpoint import capture_rng_state, restore_rng_state
@@ -28,6 +27,12 @@ from transformer_lib.training.distributed import is_distributed, rank, world_siz
 from transformer_lib.training.config import TrainConfig, TrainHistory
 from transformer_lib.training.keeper import Keeper
 from transformer_lib.training.run import LossLog, Run
+
+
+# [book/10c_training_plumbing.ipynb, cell 0632785c]
+import sys
+
+from tqdm import tqdm
 
 
 # [book/appendix_training_run.ipynb, cell 46155bff]
@@ -148,7 +153,7 @@ def _update(run: Run, batches: list[Batch]) -> tuple[torch.Tensor, float]:
     return loss, lr
 
 
-# [book/10_training.ipynb, cell edb236d5]
+# [book/10c_training_plumbing.ipynb, cell edb236d5]
 def _validate(run: Run, step: int, history: TrainHistory, bar: Any) -> bool:
     """Validate after update ``step`` into ``history``; True if ``stop_fn`` says
     stop."""
@@ -171,7 +176,7 @@ def _validate(run: Run, step: int, history: TrainHistory, bar: Any) -> bool:
     return bool(cfg.stop_fn is not None and cfg.stop_fn(record))
 
 
-# [book/10_training.ipynb, cell d3c31d48]
+# [book/10c_training_plumbing.ipynb, cell d3c31d48]
 def _loop(run: Run, loader: Iterable, pos: RunPosition, history: TrainHistory,
           losses: LossLog, bar: Any, keeper: Keeper) -> bool:
     """Updates from ``pos`` (moved along in place) to ``steps``; True if stopped by
@@ -219,11 +224,11 @@ def _groups(batches: Iterable, k: int) -> Iterator[list]:
         yield group
 
 
-# [book/10_training.ipynb, cell 813f6afd]
+# [book/10c_training_plumbing.ipynb, cell 813f6afd]
 _KEEPER: type[Keeper] = Keeper       # the keeper train uses; the appendix sets its own
 
 
-# [book/10_training.ipynb, cell 0fedf3eb]
+# [book/10c_training_plumbing.ipynb, cell 0fedf3eb]
 def _settings(config: TrainConfig | None, steps: int | None,
               **keywords: Any) -> TrainConfig:
     if config is None:

@@ -1,11 +1,11 @@
-"""Generated from book/10_training.ipynb: edit the notebook, not this file.
+"""Generated from book/10c_training_plumbing.ipynb: edit the notebook, not this file.
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: ed69d4c6ba30dcb7
+# digest: 4719301968b69ffb
 # fmt: off
 
-# [book/10_training.ipynb, cell dfe2009d]
+# [book/10c_training_plumbing.ipynb, cell dfe2009d]
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
@@ -19,7 +19,7 @@ from transformer_lib.training.checkpoint import capture_rng_state, restore_rng_s
 from transformer_lib.training.checkpoint import CheckpointError
 
 
-# [book/10_training.ipynb, cell bd7c4c73]
+# [book/10c_training_plumbing.ipynb, cell bd7c4c73]
 @dataclass
 class RunPosition:
     """Where a training run stands: ``step`` (updates made), ``epoch``, ``in_epoch``

@@ -1,16 +1,16 @@
-"""Generated from book/10_training.ipynb: edit the notebook, not this file.
+"""Generated from book/10c_training_plumbing.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 0f15a6b1024ca86d
+# digest: ffeaf6248b54e325
 # fmt: off
 
-# [book/10_training.ipynb, cell 033c8dc8]
+# [book/10c_training_plumbing.ipynb, cell 033c8dc8]
 from __future__ import annotations
 
 import torch
 
 
-# [book/10_training.ipynb, cell ca107e8d]
+# [book/10c_training_plumbing.ipynb, cell ca107e8d]
 PRECISIONS: dict[str, torch.dtype | None] = {
     "fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 _ALIASES = {"none": "fp32", "float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}

@@ -1,10 +1,10 @@
-"""Generated from book/10_training.ipynb: edit the notebook, not this file.
+"""Generated from book/10c_training_plumbing.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: a836d39be6e8ed5c
+# digest: bc41e8992b0a3368
 # fmt: off
 
-# [book/10_training.ipynb, cell 2135f1f2]
+# [book/10c_training_plumbing.ipynb, cell 2135f1f2]
 from __future__ import annotations
 
 import math
@@ -22,7 +22,7 @@ from transformer_lib.training.loss import LabelSmoothingLoss
 from transformer_lib.training.precision import amp_dtype
 
 
-# [book/10_training.ipynb, cell 13cc1439]
+# [book/10c_training_plumbing.ipynb, cell 13cc1439]
 @dataclass
 class Run:
     """The objects of one run of :func:`train`, handed to its pieces."""
@@ -57,7 +57,7 @@ class Run:
                    pad)
 
 
-# [book/10_training.ipynb, cell 51caf1f3]
+# [book/10c_training_plumbing.ipynb, cell 51caf1f3]
 class LossLog:
     """The training loss summed on the device over a logging interval; :meth:`write`
     reads it back (the interval's one host-device synchronisation) and records it."""
