@@ -1,15 +1,15 @@
 """Generated from book/03_attention.ipynb: edit the notebook, not this file.
+Extended by book/08_decoder.ipynb.
 Extended by book/13_modern.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 07fd14af31d5d335
+# digest: 3cddbe961c5289fe
 # fmt: off
 
 # [book/03_attention.ipynb, cell 543feaed]
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import cast
 
 import torch
@@ -17,6 +17,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_lib.checks import check_int, check_probability
+
+
+# [book/08_decoder.ipynb, cell 1692eaa0]
+from dataclasses import dataclass, field
 
 
 # [book/13_modern.ipynb, cell 4bd32cbf]
@@ -125,9 +129,9 @@ class MultiHeadAttention(nn.Module):
     Per-head weights (B, n_heads, Lq, Lk), for plots: ``mha.forward_with_weights(...)``
     returns them, and with ``mha.record_weights = True`` every forward stores them in
     ``mha.last_weights``; both use the explicit ``attention`` path, otherwise
-    ``F.scaled_dot_product_attention`` runs. ``cache`` (an :class:`AttentionCache`):
-    self-attention appends the new keys/values; cross-attention computes them on the
-    first call and reuses them. Chapter 13 adds grouped-query attention and rotary.
+    ``F.scaled_dot_product_attention`` runs. ``cache`` (an :class:`AttentionCache`,
+    chapter 8): self-attention appends the new keys/values; cross-attention computes
+    them on the first call and reuses them. Chapter 13 adds GQA and rotary.
     """
 
     # [book/13_modern.ipynb, cell 5d61bd9f]
@@ -183,12 +187,11 @@ class MultiHeadAttention(nn.Module):
             k, v = cache.append(k, v)                          # (B, h_kv, t + L, d_k)
         return q, k, v
 
-    # [book/03_attention.ipynb, cell a879aff7]
+    # [book/08_decoder.ipynb, cell b26f8da7]
     def _cross_qkv(self, query: torch.Tensor, key: torch.Tensor,
                    value: torch.Tensor | None, cache: AttentionCache | None
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Cross-attention: q of the query, k and v of key and value (of key when value
-        is None), computed on the first call with ``cache`` and read from it after."""
+        """Cross-attention: q of query, k and v of key/value; ``cache`` keeps k, v."""
         d, dkv = self.d_model, self.d_kv
         q = self._split(self._project(query, slice(0, d)))         # (B, h, Lq, d_k)
         if cache is not None and cache.k is not None and cache.v is not None:
@@ -238,7 +241,7 @@ class MultiHeadAttention(nn.Module):
                 ) -> torch.Tensor:
         return self._forward(query, key, value, mask, cache, False, rotary)[0]
 
-    # [book/03_attention.ipynb, cell 14328a87]
+    # [book/08_decoder.ipynb, cell 0ad20d4f]
     def forward_with_weights(
             self, query: torch.Tensor, key: torch.Tensor | None = None,
             value: torch.Tensor | None = None, mask: torch.Tensor | None = None,
@@ -261,12 +264,11 @@ class MultiHeadAttention(nn.Module):
         out, weights = self._attend(q, k, v, mask, need_weights)
         return self.out_proj(self._merge(out)), weights        # (B, Lq, d_model)
 
-    # [book/03_attention.ipynb, cell 3d01b06b]
+    # [book/08_decoder.ipynb, cell 0ad20d4f]
     def _check(self, query: torch.Tensor, key: torch.Tensor | None,
                value: torch.Tensor | None, mask: torch.Tensor | None,
                cache: AttentionCache | None) -> None:
-        """A ValueError unless the inputs are (B, L, d_model), key and value agree,
-        and the mask broadcasts to the scores (B, h, Lq, Lk), cached keys included."""
+        """A ValueError unless the shapes and the mask fit, cached keys included."""
         if key is None and value is not None:
             raise ValueError("value needs a key (cross-attention); give neither for "
                              "self-attention")
@@ -289,15 +291,13 @@ class MultiHeadAttention(nn.Module):
         check_mask(mask, (query.size(0), self.n_heads, query.size(1), Lk))
 
 
-# [book/03_attention.ipynb, cell 09deaa4b]
+# [book/08_decoder.ipynb, cell 09deaa4b]
 @dataclass
 class AttentionCache:
-    """The keys and values one attention block has computed, kept between the steps of
-    incremental decoding: k and v (B, heads, t, d_k), None before the first call.
-
-    Each :meth:`append` copies the old positions into a longer tensor (``torch.cat``),
-    unless ``reserve(n)`` made the cache static: (B, heads, n, d_k) buffers written in
-    place, k and v views of their first t positions."""
+    """One attention block's keys and values, kept between the steps of incremental
+    decoding: k and v (B, heads, t, d_k), None before the first call. :meth:`append`
+    concatenates (``torch.cat``), unless ``reserve(n)`` made the cache static: (B, heads,
+    n, d_k) buffers written in place, k and v views of their first t positions."""
 
     k: torch.Tensor | None = None
     v: torch.Tensor | None = None
