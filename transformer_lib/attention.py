@@ -3,7 +3,7 @@ Extended by book/08_decoder.ipynb.
 Extended by book/13_modern.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 3cddbe961c5289fe
+# digest: 8b5a8e1bc24f5159
 # fmt: off
 
 # [book/03_attention.ipynb, cell 543feaed]
@@ -296,8 +296,8 @@ class MultiHeadAttention(nn.Module):
 class AttentionCache:
     """One attention block's keys and values, kept between the steps of incremental
     decoding: k and v (B, heads, t, d_k), None before the first call. :meth:`append`
-    concatenates (``torch.cat``), unless ``reserve(n)`` made the cache static: (B, heads,
-    n, d_k) buffers written in place, k and v views of their first t positions."""
+    concatenates (``torch.cat``), unless ``reserve(n)`` made the cache static:
+    (B, heads, n, d_k) buffers written in place, k and v views of the first t."""
 
     k: torch.Tensor | None = None
     v: torch.Tensor | None = None
