@@ -18,9 +18,10 @@ never downloads anything), it
    bootstrap interval of averaged - last BLEU; with ``--against FILE`` (an earlier result file), the
    paired bootstrap of each decoding against that run's, on the same test sentences;
 5. writes the result JSON (default ``benchmarks/results/multi30k.json``) atomically: date, commit,
-   machine, options, run times (wall and CPU seconds of each training segment), the validation loss
-   curve, the scores, 20 sample translations, and every hypothesis with its reference (``outputs``), so
-   that the file can be scored again without the data or the model.
+   machine, options, run times (wall and CPU seconds of each training segment), the training and
+   validation loss curves (read from the ``metrics.jsonl`` that ``train`` writes in the run directory),
+   the scores, 20 sample translations, and every hypothesis with its reference (``outputs``), so that
+   the file can be scored again without the data or the model.
 
 ``python recipes/multi30k.py rescore FILE [--against BASE]`` scores a result file again from the
 hypotheses it stores (no data, no model; the file is rewritten atomically), e.g. to add a metric, or the
@@ -57,8 +58,10 @@ import torch
 
 from transformer_lib.checks import check_float, check_int, check_probability
 from transformer_lib.cli.common import OneLineParser, bucket_loader, number_option
+from transformer_lib.files import atomic_write
 from transformer_lib.model import Transformer
-from transformer_lib.training.files import atomic_write
+from transformer_lib.training.checkpoint import CheckpointError, checkpoint_step
+from transformer_lib.training.metrics_log import METRICS_FILE, read_metrics
 from transformer_lib.translation.corpus import read_aligned, write_tsv
 from transformer_lib.translation.metrics import bleu_ci, corpus_bleu, paired_bleu_ci
 from transformer_lib.translation.model_dir import load_config_and_tokenizer
@@ -79,6 +82,7 @@ SMOKE_PAIRS = {"train": 1000, "valid": 200, "test": 100}
 FIXED = ("smoke", "d_model", "n_heads", "layers", "d_ff", "dropout", "vocab_size", "batch_tokens", "warmup",
          "seed", "lr_factor", "label_smoothing")
 N_SAMPLES, BEAM, N_RESAMPLES, LEVEL = 20, 4, 1000, 0.95
+#: the tool's stderr lines, read only for a run begun before train wrote metrics.jsonl
 VAL_LINE = re.compile(r"^step (\d+)/\d+: validation loss (\S+)$")
 LOSS_LINE = re.compile(r"^step (\d+)/\d+: loss (\S+), lr (\S+), ")
 
@@ -229,10 +233,9 @@ def save_state(args, state: dict) -> None:
 def steps_done(run: Path) -> int:
     """The updates the run in ``run`` has made, from its checkpoint (0 if it has none)."""
     try:
-        step = torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=True, mmap=True)["step"]
-    except Exception:                      # no checkpoint yet (a damaged one: the tool says so on --resume)
+        return checkpoint_step(run / "checkpoint.pt")
+    except (FileNotFoundError, CheckpointError):   # none yet (a damaged one: the tool says so on --resume)
         return 0
-    return int(step)
 
 
 def train(args, state: dict, keep: bool) -> list[str]:
@@ -402,9 +405,16 @@ def against(hypotheses: dict[str, list[str]], references: list[str], base: dict,
             "difference": "this run's BLEU minus the file's, paired on the same sentences", "systems": systems}
 
 
-def loss_curve(log: Path) -> dict:
-    """The run's losses from the tool's stderr lines (its training.json records only the last ones); a
-    step logged twice (the updates after the last checkpoint, made again by a resumed run) keeps the last."""
+def loss_curve(run: Path, log: Path) -> dict:
+    """The run's losses from the metrics.jsonl that ``train`` writes in the run directory (one line per logged
+    step and per validation, kept across --resume). A run begun by a tool that did not write it yet falls back
+    to the tool's stderr lines in ``log`` (a step logged twice, made again after a resume, keeps the last)."""
+    metrics = run / METRICS_FILE
+    if metrics.is_file():
+        records = read_metrics(metrics)
+        return {"source": f"{METRICS_FILE}, written by train in the run directory",
+                "valid": [(r["step"], r["val_loss"]) for r in records if r["kind"] == "valid" and "val_loss" in r],
+                "train": [(r["step"], r["loss"]) for r in records if r["kind"] == "train"]}
     valid, train_loss = {}, {}
     text = log.read_text(encoding="utf-8") if log.is_file() else ""
     for line in text.splitlines():
@@ -413,7 +423,7 @@ def loss_curve(log: Path) -> dict:
         elif m := LOSS_LINE.match(line.strip()):
             train_loss[int(m[1])] = float(m[2])
     return {"source": "the lines 'step N/M: validation loss X' and 'step N/M: loss X, ...' that train "
-            "writes on stderr with --no-progress (its training.json records only the final losses)",
+            "writes on stderr with --no-progress (a run begun before train wrote metrics.jsonl)",
             "valid": sorted(valid.items()), "train": sorted(train_loss.items())}
 
 
@@ -487,7 +497,7 @@ def run(args) -> dict:
                  "train_cpu_seconds": train_cpu_seconds(state["segments"]),
                  "translate_seconds": {k: state["translations"][k]["seconds"] for k in hyps},
                  "average_seconds": state["average"]["seconds"] if averaged else None},
-        "curve": loss_curve(args.work / "train.log"),
+        "curve": loss_curve(run_dir, args.work / "train.log"),
         "averaging": {"skipped": skipped, "last": args.keep, "checkpoints": kept,
                       "steps": [int(re.sub(r"\D", "", name)) for name in kept]},
         "scores": scores(hyps, references, args.seed, baseline),

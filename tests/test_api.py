@@ -13,8 +13,8 @@ import transformer_lib as tl
 PINNED = set("""
 attention AttentionCache average_checkpoints average_state_dicts Batch beam_search bleu_ci BPETokenizer causal_mask
 CheckpointError cleanup_distributed convert_marian copy_task corpus_bleu CorpusError Decoder
-DecoderLayer DecoderOnlyConfig DecoderOnlyLM DecodingConfig default_device encode_pairs Encoder
-EncoderLayer evaluate exact_match from_marian generate_pairs greedy_decode KVCache
+DecodableModelConfig DecoderLayer DecoderOnlyConfig DecoderOnlyLM default_device encode_pairs Encoder
+EncoderLayer evaluate exact_match from_marian generate_pairs GenerationConfig greedy_decode KVCache
 LabelSmoothingLoss LayerConfig LayerNorm LearnedPositionalEncoding load_checkpoint load_llama_state_dict
 load_marian_dir load_model_dir load_torch_transformer ModelDirError MultiHeadAttention noam_lambda
 noam_optimizer NonFiniteError number_pair PadCollate padding_mask PairDataset PositionalEncoding

@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from transformer_lib.attention import AttentionCache, MultiHeadAttention, attention, check_mask
+from transformer_lib.attention import MultiHeadAttention, attention, check_mask
+from transformer_lib.cache import AttentionCache
 
 SETTINGS = settings(max_examples=examples(30), deadline=None)
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from tiny_runs import tiny_model
 
 import transformer_lib as tl
-from transformer_lib.training.averaging import average_checkpoints, average_state_dicts
+from transformer_lib.training.averaging import RunningMean, average_checkpoints, average_state_dicts
 from transformer_lib.training.checkpoint import CheckpointError, save_checkpoint
 
 
@@ -109,3 +109,99 @@ def test_average_checkpoints_refuses_other_models_before_changing_the_model(tmp_
         average_checkpoints(str(tmp_path / "a.pt"))
     with pytest.raises(ValueError, match="at least one"):
         average_checkpoints([])
+
+
+def _checkpoints(tmp_path, n):
+    """``n`` checkpoints of one model with other weights (and optimizer state, as train writes them)."""
+    paths = []
+    for i in range(n):
+        model = _model(i)
+        optimizer = torch.optim.Adam(model.parameters())
+        model(torch.tensor([[1, 4, 2]]), torch.tensor([[1, 5]])).sum().backward()
+        optimizer.step()
+        paths.append(tmp_path / f"c{i}.pt")
+        save_checkpoint(paths[-1], model, optimizer, step=i)
+    return paths
+
+
+def test_the_running_sum_equals_the_all_at_once_average_and_the_float64_mean(tmp_path):
+    paths = _checkpoints(tmp_path, 7)
+    states = [torch.load(p, weights_only=True)["model"] for p in paths]
+    got = average_checkpoints(paths)
+    # the same float32 additions in the same order as average_state_dicts: equal, not close
+    expected = average_state_dicts(states)
+    assert all(torch.equal(got[k], expected[k]) for k in expected)
+    # against the mean in float64: n float32 additions and one division each round to within
+    # 2^-24 of their result, so the error is below (n + 1) * 2^-24 * the mean of |x|
+    n = len(states)
+    for name, value in got.items():
+        if value.is_floating_point():
+            exact = sum(s[name].double() for s in states) / n
+            bound = (n + 1) * 2.0 ** -24 * (sum(s[name].double().abs() for s in states) / n)
+            assert bool(((value.double() - exact).abs() <= bound).all()), name
+
+
+@pytest.mark.parametrize("n", [2, 6])
+def test_averaging_holds_one_file_at_a_time(tmp_path, monkeypatch, n):
+    """Peak memory does not grow with n: at most one file's weights are alive at once (an average
+    that gathers every file first has n alive)."""
+    import weakref
+
+    import transformer_lib.training.averaging as averaging
+    paths = _checkpoints(tmp_path, n)
+    alive, peak = [0], [0]
+    real = averaging.load_checkpoint
+
+    def counted(*args, **kwargs):
+        state = real(*args, **kwargs)
+        alive[0] += 1
+        peak[0] = max(peak[0], alive[0])
+        weakref.finalize(next(iter(state["model"].values())), lambda: alive.__setitem__(0, alive[0] - 1))
+        return state
+
+    monkeypatch.setattr(averaging, "load_checkpoint", counted)
+    average_checkpoints(paths)
+    assert peak[0] == 1
+    assert alive[0] == 0
+
+
+def test_the_running_sum_refuses_a_file_with_other_tensors(tmp_path):
+    save_checkpoint(tmp_path / "a.pt", _model(0))
+    state = torch.load(tmp_path / "a.pt", weights_only=True)
+    state["model"]["extra.weight"] = torch.zeros(2)
+    torch.save(state, tmp_path / "b.pt")
+    with pytest.raises(CheckpointError, match=r"b.pt: holds other tensors than .*a.pt: missing \[\], unexpected "
+                                              r"\['extra.weight'\]"):
+        average_checkpoints([tmp_path / "a.pt", tmp_path / "b.pt"])
+    state = torch.load(tmp_path / "a.pt", weights_only=True)
+    name = next(iter(state["model"]))
+    state["model"][name] = state["model"][name].double()
+    torch.save(state, tmp_path / "c.pt")
+    with pytest.raises(CheckpointError, match=rf"c.pt: {name} has shape .* and dtype torch.float64"):
+        average_checkpoints([tmp_path / "a.pt", tmp_path / "c.pt"])
+
+
+@settings(deadline=None, max_examples=20)
+@given(k=st.integers(1, 6), seed=st.integers(0, 2**16))
+def test_running_mean_equals_average_state_dicts(k, seed):
+    g = torch.Generator().manual_seed(seed)
+    dicts = [{"w": torch.randn(3, 4, generator=g), "h": torch.randn(5, generator=g).half(),
+              "d": torch.randn(2, generator=g).double(), "n": torch.tensor(i)} for i in range(k)]
+    mean = RunningMean()
+    for i, sd in enumerate(dicts):
+        mean.add(sd, f"dict {i}")
+    got, expected = mean.mean(), average_state_dicts(dicts)
+    assert all(torch.equal(got[key], expected[key]) and got[key].dtype == expected[key].dtype for key in expected)
+
+
+def test_running_mean_refuses_another_model_and_keeps_its_sum():
+    mean = RunningMean()
+    mean.add({"w": torch.ones(2)}, "first")
+    with pytest.raises(ValueError, match=r"second: w has shape \(3,\) and dtype torch.float32, in first \(2,\)"):
+        mean.add({"w": torch.zeros(3)}, "second")
+    with pytest.raises(ValueError, match=r"third: holds other tensors than first: missing \['w'\], unexpected \['v'\]"):
+        mean.add({"v": torch.zeros(2)}, "third")
+    mean.add({"w": torch.full((2,), 3.0)}, "fourth")
+    assert torch.equal(mean.mean()["w"], torch.full((2,), 2.0)) and mean.count == 2
+    with pytest.raises(ValueError, match="no state dict was added"):
+        RunningMean().mean()

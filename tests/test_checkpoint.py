@@ -21,6 +21,8 @@ from transformer_lib.training.checkpoint import (
     CheckpointError,
     NonFiniteError,
     capture_rng_state,
+    check_same_run,
+    checkpoint_step,
     load_checkpoint,
     restore_rng_state,
     save_checkpoint,
@@ -548,8 +550,8 @@ def test_the_checkpoint_itself_refuses_a_resume_that_changes_what_it_must_keep(t
     before = _params(model)
     settings = {"accum_steps": 2, "resume_keys": {"corpus": "3f2a", "batch_tokens": 60}} if change == "accum_steps" \
         else {"resume_keys": {"corpus": "77aa", "batch_tokens": 60}}
-    expected = "accum_steps=1, this one has accum_steps=2" if change == "accum_steps" \
-        else "corpus='3f2a', this one has corpus='77aa'"
+    expected = "accum_steps 1, this one has 2" if change == "accum_steps" \
+        else "corpus 3f2a, this one has 77aa"
     with pytest.raises(CheckpointError, match=rf"{path}: the run was saved with {expected}: resume it with the same"):
         train(model, loader, opt, sched, steps=8, progress=False, resume_from=path, **settings)
     assert all(torch.equal(p, q) for p, q in zip(model.parameters(), before))
@@ -586,3 +588,51 @@ def _uninterrupted_plain(total):
     model, loader, opt, sched = _setup(shuffle_loader=True)
     train(model, loader, opt, sched, steps=total, progress=False)
     return _params(model)
+
+
+def test_checkpoint_step_reads_the_step_without_reading_the_weights(tmp_path, monkeypatch):
+    model, loader, opt, sched = _setup()
+    path = tmp_path / "run.pt"
+    train(model, loader, opt, sched, steps=5, progress=False, checkpoint_path=path)
+    seen = []
+    real_load = torch.load
+
+    def spy(*args, **kwargs):                 # the file is mapped by the safe loader, not read
+        seen.append(kwargs)
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", spy)
+    assert checkpoint_step(path) == 5
+    assert seen[0]["mmap"] is True and seen[0]["weights_only"] is True
+    assert load_checkpoint(path)["step"] == 5
+
+
+@pytest.mark.parametrize("case", ["empty", "truncated", "foreign dict", "malicious", "directory"])
+def test_checkpoint_step_of_a_damaged_file_is_one_line_naming_it(tmp_path, case):
+    path = _write_case(tmp_path, case)
+    with pytest.raises(CheckpointError) as info:
+        checkpoint_step(path)
+    assert str(path) in str(info.value) and CASES[case] in str(info.value) and "\n" not in str(info.value)
+    assert not (tmp_path / "pwned").exists()
+    with pytest.raises(FileNotFoundError, match="absent.pt"):
+        checkpoint_step(tmp_path / "absent.pt")
+
+
+def test_check_same_run_is_the_rule_train_applies_on_resume(tmp_path):
+    model, loader, opt, sched = _setup()
+    path = tmp_path / "run.pt"
+    keys = {"corpus": "3f2a", "batch_tokens": 60, "seed": 1}
+    train(model, loader, opt, sched, steps=4, progress=False, checkpoint_path=path, resume_keys=keys)
+    check_same_run(path, 1, keys)                                  # the same run
+    check_same_run(path, 1, {**keys, "new": 3})                    # a key the file does not hold passes
+    labels = {"batch_tokens": "--batch-tokens", "seed": "--seed"}
+    for name, label, value in [("batch_tokens", "--batch-tokens", 80), ("seed", "--seed", 2),
+                               ("corpus", "corpus", "77aa")]:
+        with pytest.raises(CheckpointError, match=rf"{path}: the run was saved with {label} "
+                                                  rf"{keys[name]}, this one has {value}:"):
+            check_same_run(path, 1, {**keys, name: value}, labels=labels)
+    with pytest.raises(CheckpointError, match="accum_steps 1, this one has 2"):
+        check_same_run(path, 2, keys)
+    old = tmp_path / "old.pt"                                      # a checkpoint from before the keys
+    save_checkpoint(old, model, step=3)
+    check_same_run(old, 4, keys)

@@ -3,7 +3,6 @@ train and translate on a tiny generated corpus, resuming from a checkpoint, Ctrl
 one-line promise over every error path (one line on stderr, exit status 2 for usage errors and 1 for the
 others, never a traceback), the run's report on stderr, and the same command under torchrun with two gloo
 processes on the CPU (DDP)."""
-import inspect
 import io
 import json
 import os
@@ -19,14 +18,19 @@ import torch
 from tiny_marian import save_tiny_marian, tiny_marian_tokenizer
 
 from transformer_lib.cli.main import build_parser, main
+from transformer_lib.decoding.config import GenerationConfig
+from transformer_lib.training.metrics_log import METRICS_FILE
 from transformer_lib.translation.corpus import generate_pairs, split_pairs, write_tsv
 from transformer_lib.translation.model_dir import (
     CHECKPOINT_FILE,
     CONFIG_FILE,
+    GENERATION_FILE,
     TOKENIZER_FILE,
     TRAINING_FILE,
     WEIGHTS_FILE,
+    load_generation_config,
     load_model_dir,
+    save_generation_config,
 )
 from transformer_lib.translation.translate import translate_lines
 
@@ -83,8 +87,11 @@ def _one_line_error(capsys, *needles):
 
 # ---------------------------------------------------------------- train
 def test_train_writes_a_model_directory(trained):
-    for name in (CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, CHECKPOINT_FILE, TRAINING_FILE):
+    for name in (CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, CHECKPOINT_FILE, TRAINING_FILE, GENERATION_FILE):
         assert (trained / name).is_file(), name
+    # the decoding defaults of a trained model: the paper's GNMT normalisation, alpha 0.6
+    stored = load_generation_config(trained)
+    assert (stored.length_norm, stored.alpha, stored.stop) == ("gnmt", 0.6, "book") and stored == GenerationConfig()
     config = json.loads((trained / CONFIG_FILE).read_text())
     assert (config["d_model"], config["n_heads"], config["n_encoder_layers"], config["d_ff"]) == (32, 2, 1, 64)
     model, tokenizer = load_model_dir(trained, "cpu")
@@ -190,16 +197,25 @@ def test_help_explains_every_option(capsys):
             assert explained, f"{command} {name} has no help"
 
 
-def test_help_shows_the_decoders_defaults_of_translate_lines(capsys):
+def test_help_shows_the_decoders_defaults_of_generation_config(capsys):
     """translate's decoding options have no argparse default (so that an unused one can be refused); --help
-    shows translate_lines' own defaults, read from its signature."""
+    shows GenerationConfig's defaults, which apply when a model directory has no generation.json."""
     entries = _help_entries(_help("translate", capsys))
-    defaults = inspect.signature(translate_lines).parameters
-    for name in ("length_penalty", "temperature", "top_k", "top_p", "seed"):
+    defaults = GenerationConfig()
+    for name in ("temperature", "top_k", "top_p", "seed"):
         option = "--" + name.replace("_", "-")
-        assert f"(default: {defaults[name].default})" in entries[option], entries[option]
+        assert f"(default: {getattr(defaults, name)})" in entries[option], entries[option]
+    for name in ("length_norm", "alpha", "stop", "max_len_a", "max_len_b"):
+        option = "--" + name.replace("_", "-")
+        assert f"generation.json, else {getattr(defaults, name)}" in entries[option], entries[option]
+    assert "--length-norm power" in entries["--engine"] and "--stop first_k" in entries["--engine"]
     args = build_parser().parse_args(["translate", "--model", "m"])
-    assert (args.length_penalty, args.temperature, args.top_k, args.top_p, args.seed) == (None,) * 5
+    names = ("beam_size", "length_norm", "alpha", "stop", "max_len_a", "max_len_b", "temperature", "top_k",
+             "top_p", "seed")
+    assert [getattr(args, name) for name in names] == [None] * len(names)
+    # the older names of two options still parse, into the new ones
+    old = build_parser().parse_args(["translate", "--model", "m", "--beam", "3", "--length-penalty", "1.5"])
+    assert (old.beam_size, old.alpha) == (3, 1.5)
 
 
 # ---------------------------------------------------------------- translate
@@ -224,6 +240,43 @@ def test_translate_files_to_output(trained, corpus, tmp_path, how):
     assert main(["translate", str(a), str(b), "--model", str(trained), "--output", str(out),
                  "--device", "cpu", *how]) == 0
     assert len(out.read_text(encoding="utf-8").splitlines()) == 5
+
+
+def test_translate_uses_the_model_directorys_defaults_unless_told_otherwise(trained, corpus, tmp_path, capsys):
+    """generation.json sets translate's decoding; an option given replaces its field; the output equals
+    translate_lines with the same GenerationConfig."""
+    d = _copy_model(trained, tmp_path / "m")
+    stored = GenerationConfig(strategy="beam", beam_size=3, length_norm="power", alpha=1.0, stop="first_k",
+                              max_len_a=1.0, max_len_b=5)
+    save_generation_config(d, stored)
+    sources = [p.src for p in corpus["test"][:6]]
+    (tmp_path / "in.txt").write_text("".join(s + "\n" for s in sources), encoding="utf-8")
+    model, tokenizer = load_model_dir(d, "cpu")
+    cases = {(): stored, ("--alpha", "0.2", "--stop", "book"): stored.replace(alpha=0.2, stop="book"),
+             ("--beam-size", "1"): stored.replace(strategy="greedy"),
+             ("--max-len", "4"): stored.replace(max_len_a=0.0, max_len_b=4),
+             ("--length-norm", "none", "--max-len-a", "2", "--max-len-b", "10"):
+                 stored.replace(length_norm="none", max_len_a=2.0, max_len_b=10),
+             ("--sample", "--seed", "3"): stored.replace(strategy="sample", seed=3)}
+    for options, config in cases.items():
+        capsys.readouterr()
+        assert main(["translate", str(tmp_path / "in.txt"), "--model", str(d), "--device", "cpu", *options]) == 0
+        assert capsys.readouterr().out.splitlines() == translate_lines(model, tokenizer, sources, config), options
+    # an option the stored strategy ignores is refused, naming how to use it
+    _status(["translate", str(tmp_path / "in.txt"), "--model", str(d), "--beam-size", "1", "--alpha", "1"])
+    assert "--alpha/--length-penalty: only with beam search" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, needle", [("{oops", "damaged"), ('{"stop": "never"}', "stop must be one of"),
+                                          ('{"beam": 4}', "beam: not a GenerationConfig field")])
+def test_a_damaged_generation_file_is_one_line(trained, tmp_path, capsys, text, needle):
+    d = _copy_model(trained, tmp_path / "m")
+    (d / GENERATION_FILE).write_text(text, encoding="utf-8")
+    (tmp_path / "in.txt").write_text("drei\n", encoding="utf-8")
+    capsys.readouterr()
+    assert main(["translate", str(tmp_path / "in.txt"), "--model", str(d), "--device", "cpu"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and GENERATION_FILE in err and needle in err, err
 
 
 # ---------------------------------------------------------------- the one-line promise, over every error path
@@ -380,14 +433,14 @@ ERRORS = [  # (id, argv maker, exit status, needles on the one line)
     ("config-edited-options-given", _edited_config(True), 2, ["--n-heads 2", "has 4", CONFIG_FILE]),
     ("resume-other-batch-tokens",
      lambda c: _resume_argv(c, _copy_model(c["trained"], c["tmp"] / "run"), "--batch-tokens", "400"), 1,
-     [TRAINING_FILE, "--batch-tokens 300", "400"]),
+     [CHECKPOINT_FILE, "--batch-tokens 300", "400"]),
     ("resume-other-accum-steps",
      lambda c: _resume_argv(c, _copy_model(c["trained"], c["tmp"] / "run"), "--accum-steps", "2"), 1,
-     [TRAINING_FILE, "--accum-steps 1", "2"]),
+     [CHECKPOINT_FILE, "--accum-steps 1", "2"]),
     ("resume-other-seed", lambda c: _resume_argv(c, _copy_model(c["trained"], c["tmp"] / "run"), "--seed", "9"),
-     1, [TRAINING_FILE, "--seed 0"]),
-    ("resume-other-corpus", _other_corpus, 1, [TRAINING_FILE, "another corpus", "other.tsv"]),
-    ("resume-other-batches-no-record", _no_record_other_batches, 1, [CHECKPOINT_FILE, "batches per epoch"]),
+     1, [CHECKPOINT_FILE, "--seed 0"]),
+    ("resume-other-corpus", _other_corpus, 1, [CHECKPOINT_FILE, "--train of digest"]),
+    ("resume-other-batches-no-record", _no_record_other_batches, 1, [CHECKPOINT_FILE, "--batch-tokens"]),
     ("resume-other-max-len",
      lambda c: _resume_argv(c, _copy_model(c["trained"], c["tmp"] / "run"), "--max-len", "32"), 2,
      ["--max-len 32", "64", "drop the option"]),
@@ -638,7 +691,8 @@ def ddp_run(corpus, tmp_path_factory):
 def test_torchrun_writes_one_model_directory_that_translate_loads(corpus, ddp_run, monkeypatch, capsys):
     out, run = ddp_run
     assert sorted(f.name for f in out.iterdir()) == sorted([CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE,
-                                                            CHECKPOINT_FILE, TRAINING_FILE])
+                                                            CHECKPOINT_FILE, TRAINING_FILE, GENERATION_FILE,
+                                                            METRICS_FILE])
     assert run.stderr.count("training pairs") == 1                  # only rank 0 speaks ...
     assert "2 processes on cpu" in run.stderr
     info = json.loads((out / TRAINING_FILE).read_text())
@@ -651,7 +705,8 @@ def test_torchrun_writes_one_model_directory_that_translate_loads(corpus, ddp_ru
     sources = [p.src for p in corpus["test"][:5]]
     monkeypatch.setattr(sys, "stdin", io.StringIO("".join(s + "\n" for s in sources)))
     assert main(["translate", "--model", str(out), "--device", "cpu", "--beam", "2"]) == 0
-    assert capsys.readouterr().out.splitlines() == translate_lines(model, tokenizer, sources, beam=2)
+    assert capsys.readouterr().out.splitlines() == translate_lines(model, tokenizer, sources, strategy="beam",
+                                                                                 beam_size=2)
 
 
 @pytest.mark.slow
@@ -708,7 +763,11 @@ def test_convert_marian_writes_a_complete_model_directory(tmp_path, capsys):
     capsys.readouterr()                                   # save_pretrained's progress bars
     assert main(["convert-marian", str(src), "--out", str(out)]) == 0
     assert capsys.readouterr().err.strip() == f"wrote {out}"      # one line, no progress bars
-    assert {p.name for p in out.iterdir()} == {CONFIG_FILE, WEIGHTS_FILE, "marian_tokenizer", "tokenizer_kind.json"}
+    assert {p.name for p in out.iterdir()} == {CONFIG_FILE, WEIGHTS_FILE, "marian_tokenizer", "tokenizer_kind.json",
+                                               GENERATION_FILE}
+    # generate's defaults for this model (save_pretrained wrote none but its ids): greedy, the power form with
+    # transformers' length_penalty 1.0, its early_stopping=False rule; no max_length: the book's 2·S + 10
+    assert load_generation_config(out) == GenerationConfig(length_norm="power", alpha=1.0, stop="book")
     assert json.loads((out / "tokenizer_kind.json").read_text()) == {"kind": "marian", "path": "marian_tokenizer"}
     model, tok = tl.load_marian_dir(out, device="cpu")
     hf, hf_tok = MarianMTModel.from_pretrained(src).eval(), MarianTokenizer.from_pretrained(src)
@@ -733,7 +792,7 @@ def test_convert_marian_writes_a_complete_model_directory(tmp_path, capsys):
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     capsys.readouterr()
     assert main(["translate", str(tmp_path / "in.txt"), "--model", str(out), "--device", "cpu"]) == 0
-    assert capsys.readouterr().out.splitlines() == translate_lines(model, tok, lines)
+    assert capsys.readouterr().out.splitlines() == translate_lines(model, tok, lines, load_generation_config(out))
     # a converted model is not a training run: nothing to resume, in one line
     assert main(["train", "--train", str(tmp_path / "in.txt"), "--out", str(out), "--resume", *TINY]) == 1
     _one_line_error(capsys, str(out))

@@ -18,15 +18,17 @@ import torch
 from test_checkpoint import _setup
 from test_cli import _help, _help_entries, _status, _train
 
-import transformer_lib.cli.average as cli_average
-from transformer_lib.cli.average import AVERAGED_FILE, CheckpointCopies, keep_checkpoints_option
+import transformer_lib.training.snapshots as snapshots
+from transformer_lib.cli.average import AVERAGED_FILE, keep_checkpoints_option
 from transformer_lib.cli.main import main
 from transformer_lib.training.averaging import average_state_dicts
 from transformer_lib.training.config import TrainConfig
 from transformer_lib.training.loop import train
+from transformer_lib.training.snapshots import KeepLast
 from transformer_lib.translation.model_dir import (
     CHECKPOINT_FILE,
     CONFIG_FILE,
+    GENERATION_FILE,
     TOKENIZER_FILE,
     TRAINING_FILE,
     WEIGHTS_FILE,
@@ -91,12 +93,17 @@ def test_on_checkpoint_is_called_after_each_checkpoint_with_its_step_and_path(tm
 
 
 # ---------------------------------------------------------------- train --keep-checkpoints
-def test_keep_checkpoints_keeps_the_last_copies_of_checkpoint_pt(kept_run):
+def test_keep_checkpoints_keeps_the_weights_of_the_last_checkpoints(kept_run):
     assert _kept(kept_run) == _names(4, 6, 8)
     for name, step in zip(_kept(kept_run), (4, 6, 8)):
         assert torch.load(kept_run / "checkpoints" / name, weights_only=True)["step"] == step
-    # the last copy is the run's last checkpoint, byte for byte; nothing half-written is left
-    assert (kept_run / "checkpoints" / _names(8)[0]).read_bytes() == (kept_run / CHECKPOINT_FILE).read_bytes()
+    # the last copy holds the run's last weights, tensor for tensor, and no optimizer state
+    kept = torch.load(kept_run / "checkpoints" / _names(8)[0], weights_only=True)
+    full = torch.load(kept_run / CHECKPOINT_FILE, weights_only=True)
+    assert kept["model"].keys() == full["model"].keys()
+    assert all(torch.equal(kept["model"][k], full["model"][k]) for k in full["model"])
+    assert kept["optimizer"] is None and full["optimizer"] is not None
+    assert (kept_run / "checkpoints" / _names(8)[0]).stat().st_size < (kept_run / CHECKPOINT_FILE).stat().st_size
     assert _leftovers(kept_run) == []
     assert _record(kept_run)["args"]["keep_checkpoints"] == 3
 
@@ -106,18 +113,17 @@ def test_without_the_option_no_copies_are_kept(trained):
     assert _record(trained)["args"]["keep_checkpoints"] == 0
 
 
-def test_a_kept_copy_resumes_like_checkpoint_pt(corpus, kept_run, tmp_path):
-    """A copy is the checkpoint of its step: put back as checkpoint.pt, --resume reaches the run's weights."""
+def test_a_kept_copy_is_not_a_checkpoint_to_resume_from(corpus, kept_run, tmp_path, capsys):
+    """A copy holds weights only: put back as checkpoint.pt, --resume refuses it in one line."""
     out = tmp_path / "again"
     out.mkdir()
     for name in (CONFIG_FILE, TOKENIZER_FILE, TRAINING_FILE):
         shutil.copy(kept_run / name, out / name)
     shutil.copy(kept_run / "checkpoints" / _names(6)[0], out / CHECKPOINT_FILE)
-    assert _train(corpus, out, 8, "--checkpoint-every", "2", "--resume") == 0
-    a, _ = load_model_dir(out, "cpu")
-    b, _ = load_model_dir(kept_run, "cpu")
-    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
-        assert torch.equal(x, y), name
+    capsys.readouterr()
+    assert _train(corpus, out, 8, "--checkpoint-every", "2", "--resume") != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "checkpoint.pt" in err, err
 
 
 def test_resume_keeps_the_runs_n_and_goes_on_pruning(corpus, tmp_path):
@@ -139,10 +145,10 @@ def test_a_resume_with_another_n_records_it_before_training(kept_run, tmp_path):
     out = _copy_run(kept_run, tmp_path / "run")
     args = Namespace(resume=True, keep_checkpoints=5, checkpoint_every=2)
     copies = keep_checkpoints_option(args, out, 12, rank=0)
-    assert isinstance(copies, CheckpointCopies) and copies.keep == 5
+    assert isinstance(copies, KeepLast) and copies.n == 5
     assert _record(out)["args"]["keep_checkpoints"] == 5
     args = Namespace(resume=True, keep_checkpoints=None, checkpoint_every=2)
-    assert keep_checkpoints_option(args, out, 12, rank=0).keep == 5 and args.keep_checkpoints == 5
+    assert keep_checkpoints_option(args, out, 12, rank=0).n == 5 and args.keep_checkpoints == 5
     # other ranks write nothing and keep nothing
     assert keep_checkpoints_option(Namespace(resume=True, keep_checkpoints=5, checkpoint_every=2), out, 12,
                                    rank=1) is None
@@ -163,36 +169,26 @@ def test_train_force_removes_the_copies_of_the_old_run(corpus, kept_run, tmp_pat
     assert not (out / "checkpoints").exists()
 
 
-def _checkpoint_file(tmp_path: Path) -> Path:
-    source = tmp_path / "checkpoint.pt"
-    source.write_bytes(b"the checkpoint " * 1000)
-    return source
-
-
-def test_a_failed_copy_leaves_the_kept_copies_whole_and_prunes_nothing(tmp_path, monkeypatch):
+def test_a_failed_copy_leaves_the_kept_copies_whole_and_prunes_nothing(kept_run, tmp_path, monkeypatch):
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
     for step in (1, 2, 3):
         (run / "checkpoints" / _names(step)[0]).write_bytes(b"kept %d" % step)
-    source = _checkpoint_file(tmp_path)
+    source = shutil.copy(kept_run / CHECKPOINT_FILE, run / CHECKPOINT_FILE)       # step 8
 
-    def half_then_fail(src, dst):
-        Path(dst).write_bytes(Path(src).read_bytes()[:100])
+    def half_then_fail(obj, dst):
+        Path(dst).write_bytes(b"half")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(cli_average.shutil, "copyfile", half_then_fail)
-    with pytest.raises(OSError, match="step-000004.pt"):
-        CheckpointCopies(run, keep=3, every=1, last=10)(4, str(source))
+    monkeypatch.setattr(snapshots.torch, "save", half_then_fail)
+    with pytest.raises(OSError, match="step-000008.pt"):
+        KeepLast(3, every=1, last=10)(8, str(source))
     assert _kept(run) == _names(1, 2, 3)                     # the older copies are still there, whole
     assert [(run / "checkpoints" / n).read_bytes() for n in _names(1, 2, 3)] == [b"kept 1", b"kept 2", b"kept 3"]
     assert _leftovers(run) == []
-    # a copy rewritten over an existing one that fails leaves the existing one as it was
-    with pytest.raises(OSError):
-        CheckpointCopies(run, keep=3, every=1, last=10)(3, str(source))
-    assert (run / "checkpoints" / _names(3)[0]).read_bytes() == b"kept 3"
 
 
-def test_the_temporaries_of_a_killed_copy_are_removed_by_the_next_one(tmp_path):
+def test_the_temporaries_of_a_killed_copy_are_removed_by_the_next_one(kept_run, tmp_path):
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
@@ -200,10 +196,9 @@ def test_the_temporaries_of_a_killed_copy_are_removed_by_the_next_one(tmp_path):
     left = run / "checkpoints" / f"step-000001.pt.tmp{int(dead.stdout)}.abc123"
     left.mkdir()
     (left / "step-000001.pt").write_bytes(b"half")
-    copies = CheckpointCopies(run, keep=2, every=2, last=5)
-    for step in (1, 2, 3, 4, 5):                             # copies at 2, 4 and the last, 5
-        copies(step, str(_checkpoint_file(tmp_path)))
-    assert _kept(run) == _names(4, 5) and _leftovers(run) == []
+    source = shutil.copy(kept_run / CHECKPOINT_FILE, run / CHECKPOINT_FILE)       # step 8
+    KeepLast(2, every=2, last=8)(8, str(source))
+    assert _kept(run) == _names(8) and _leftovers(run) == []
 
 
 # ---------------------------------------------------------------- average
@@ -216,8 +211,8 @@ def test_average_last_n_is_the_mean_of_the_kept_copies(kept_run, tmp_path, capsy
     assert _average(kept_run, "--last", 2, "--out", out) == 0
     assert "averaged 2 checkpoints (steps 6, 8)" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == sorted([CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE,
-                                                            AVERAGED_FILE])
-    for name in (CONFIG_FILE, TOKENIZER_FILE):                # copied from the run
+                                                            GENERATION_FILE, AVERAGED_FILE])
+    for name in (CONFIG_FILE, TOKENIZER_FILE, GENERATION_FILE):        # the run's
         assert (out / name).read_bytes() == (kept_run / name).read_bytes(), name
     files = [kept_run / "checkpoints" / n for n in _names(6, 8)]
     expected = average_state_dicts([torch.load(f, weights_only=True)["model"] for f in files])
@@ -253,7 +248,8 @@ def test_translate_reads_the_averaged_directory(kept_run, corpus, tmp_path, caps
     assert main(["translate", str(tmp_path / "in.txt"), "--model", str(out), "--device", "cpu",
                  "--beam", "2"]) == 0
     model, tokenizer = load_model_dir(out, "cpu")
-    assert capsys.readouterr().out.splitlines() == translate_lines(model, tokenizer, sources, beam=2)
+    assert capsys.readouterr().out.splitlines() == translate_lines(model, tokenizer, sources, strategy="beam",
+                                                                                 beam_size=2)
 
 
 def test_export_ctranslate2_reads_the_averaged_directory(kept_run, tmp_path):
@@ -265,11 +261,12 @@ def test_export_ctranslate2_reads_the_averaged_directory(kept_run, tmp_path):
 
 
 def test_average_force_replaces_a_model_directory(kept_run, trained, tmp_path):
-    """--force into a run's directory: its checkpoint, record and kept copies go, the average comes."""
+    """--force into a run's directory: its checkpoint, record, metrics and kept copies go, the average comes
+    with the decoding defaults (generation.json) of its input."""
     out = _copy_run(kept_run, tmp_path / "old")
     assert _average(trained, "--out", out, "--force") == 0
     assert sorted(p.name for p in out.iterdir()) == sorted([CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE,
-                                                            AVERAGED_FILE])
+                                                            AVERAGED_FILE, GENERATION_FILE])
     a, _ = load_model_dir(out, "cpu")
     b, _ = load_model_dir(trained, "cpu")
     for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
@@ -400,7 +397,9 @@ def test_under_torchrun_rank_0_keeps_the_copies(corpus, tmp_path):
     run = test_cli._torchrun(corpus, out, "--steps", "8", "--keep-checkpoints", "2", "--dropout", "0")
     assert "Traceback" not in run.stderr
     assert _kept(out) == _names(4, 8) and _leftovers(out) == []
-    assert (out / "checkpoints" / _names(8)[0]).read_bytes() == (out / CHECKPOINT_FILE).read_bytes()
+    kept = torch.load(out / "checkpoints" / _names(8)[0], weights_only=True)["model"]
+    full = torch.load(out / CHECKPOINT_FILE, weights_only=True)["model"]
+    assert kept.keys() == full.keys() and all(torch.equal(kept[k], full[k]) for k in full)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(test_cli.ROOT)}
     averaged = subprocess.run([sys.executable, "-m", "transformer_lib", "average", str(out), "--last", "2",
                                "--out", str(tmp_path / "avg")], env=env, capture_output=True, text=True,

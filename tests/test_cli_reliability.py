@@ -152,10 +152,10 @@ def test_without_training_json_the_checkpoint_refuses_another_corpus_or_accum_st
         lines[0] = f"{src}\t{tgt} again"
         other = tmp_path / "other.tsv"
         other.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        argv, needle = _resume_argv({"corpus": corpus}, d, train=other, model_options=False), "corpus="
+        argv, needle = _resume_argv({"corpus": corpus}, d, train=other, model_options=False), "--train of digest"
     else:
         argv, needle = _resume_argv({"corpus": corpus}, d, "--accum-steps", "2", model_options=False), \
-            "accum_steps=1, this one has accum_steps=2"
+            "--accum-steps 1, this one has 2"
     assert _status(argv) == 1
     err = _one_error_line(capsys)
     assert f"{d / CHECKPOINT_FILE}: the run was saved with {needle}" in err and "resume it with the same" in err

@@ -282,3 +282,25 @@ def test_convert_refuses_a_marian_config_that_cannot_fit(made, tmp_path, capfd):
     src = _copy(made, "ok", tmp_path)
     _edit_config(src, vocab_size=10**9, decoder_vocab_size=10**9, d_model=1024)
     _refused(src, tmp_path, capfd, f"{src / 'config.json'}: a model of", "does not fit")
+
+
+@pytest.mark.parametrize("settings, needle", [({"num_beams": 0}, "beam_size must be an int >= 1"),
+                                              ({"length_penalty": "long"}, "alpha must be a finite number"),
+                                              ({"max_length": "512"}, "decoding settings the book cannot hold")])
+def test_decoding_settings_the_book_cannot_hold_are_refused(made, tmp_path, capfd, settings, needle):
+    src = _copy(made, "ok", tmp_path)
+    file = src / "generation_config.json"
+    file.write_text(json.dumps({**json.loads(file.read_text()), **settings}))
+    _refused(src, tmp_path, capfd, "generation_config.json", needle)
+
+
+def test_the_converted_directory_keeps_generates_settings(made, tmp_path):
+    src = _copy(made, "ok", tmp_path)
+    file = src / "generation_config.json"
+    file.write_text(json.dumps({**json.loads(file.read_text()), "num_beams": 6, "length_penalty": 0.8,
+                                "max_length": 40}))
+    out = convert_marian(src, tmp_path / "out")
+    stored = json.loads((out / "generation.json").read_text())
+    assert {k: stored[k] for k in ("strategy", "beam_size", "length_norm", "alpha", "stop", "max_len_a",
+                                   "max_len_b")} == {"strategy": "beam", "beam_size": 6, "length_norm": "power",
+                                                     "alpha": 0.8, "stop": "book", "max_len_a": 0.0, "max_len_b": 39}

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from num2words import num2words
 
-from transformer_lib.training.files import atomic_write
+from transformer_lib.files import atomic_write
 from transformer_lib.translation.corpus import (
     CorpusError,
     Pair,

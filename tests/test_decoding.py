@@ -215,12 +215,12 @@ def _reference_beam(model, x, k, max_len, alpha, norm, count_bos, early_stopping
 
 @settings(max_examples=examples(8), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), k=st.integers(2, 4), alpha=st.sampled_from([0.0, 0.6, 1.5]),
-       norm=st.sampled_from(["gnmt", "power"]), count_bos=st.booleans(), early_stopping=st.booleans())
+       norm=st.sampled_from(["gnmt", "power", "none"]), count_bos=st.booleans(), early_stopping=st.booleans())
 def test_beam_search_matches_a_one_sentence_reference(seed, k, alpha, norm, count_bos, early_stopping):
     model = make_model(seed % 5, V=8, eos_boost=1.0 + (seed % 3) * 0.5, n_layers=1)
     x = make_src(seed, 3, 4, V=8)
-    ids, scores = beam_search(model, x, k, 6, length_penalty=alpha, length_norm=norm, count_bos=count_bos,
-                              early_stopping=early_stopping, n_best=k)
+    ids, scores = beam_search(model, x, k, 6, alpha=alpha, length_norm=norm, count_bos=count_bos,
+                              stop="first_k" if early_stopping else "book", n_best=k)
     for i in range(3):
         ref = _reference_beam(model, x[i:i + 1], k, 6, alpha, norm, count_bos, early_stopping)[:k]
         torch.testing.assert_close(scores[i], torch.tensor([s for s, _ in ref], dtype=scores.dtype),
@@ -273,6 +273,7 @@ def test_length_penalty_factor():
     assert length_penalty_factor(7, 0.6, "power") == pytest.approx(7 ** 0.6)
     assert length_penalty_factor(1, 0.6, "gnmt") == pytest.approx(1.0)
     assert length_penalty_factor(9, 0.0, "power") == 1.0
+    assert length_penalty_factor(9, 0.6, "none") == 1.0                  # raw log-probabilities
     with pytest.raises(ValueError, match="length_norm"):
         length_penalty_factor(3, 0.6, "linear")
 

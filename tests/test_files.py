@@ -1,4 +1,4 @@
-"""Tests of transformer_lib.training.files (issue 26): the atomic write never writes through a planted file
+"""Tests of transformer_lib.files (issue 26): the atomic write never writes through a planted file
 or link, gives a new file the umask's permissions, names the file when a write fails (a full disk, a file-size
 limit), and removes what killed writes left."""
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 import torch
 from safetensors.torch import save_model
 
+from transformer_lib.files import atomic_write, current_umask
 from transformer_lib.training.checkpoint import load_checkpoint, save_checkpoint
-from transformer_lib.training.files import atomic_write, current_umask
 
 ROOT = Path(__file__).resolve().parent.parent
 

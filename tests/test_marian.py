@@ -160,3 +160,83 @@ def test_refuses_what_it_cannot_reproduce():
         tl.from_marian(hf)
     with pytest.raises(TypeError, match="MarianMTModel"):
         tl.from_marian(torch.nn.Linear(2, 2))
+
+
+# ---------------------------------------------------------------- the generation contract against generate
+def _equal_rows_up_to_near_ties(ours, src, mine, theirs, alpha, gap=1e-4):
+    """How many rows of two decodes are equal; a row that differs must be a near tie: its two outputs' power-form
+    scores under our model within ``gap``."""
+    pad = ours.config.pad_id
+    width = max(mine.size(1), theirs.size(1))
+    mine = torch.nn.functional.pad(mine, (0, width - mine.size(1)), value=pad)
+    theirs = torch.nn.functional.pad(theirs, (0, width - theirs.size(1)), value=pad)
+
+    def score(ids):
+        return tl.token_scores(ours, src, ids).sum(-1) / (ids[:, 1:] != pad).sum(-1).double() ** alpha
+
+    equal = (mine == theirs).all(dim=1)
+    gaps = (score(mine) - score(theirs)).abs()[~equal]
+    assert (gaps < gap).all(), gaps.tolist()
+    return int(equal.sum())
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+@pytest.mark.parametrize("eos_bias", [0.0, 2.0])
+def test_first_k_stopping_equals_generate_with_early_stopping(name, eos_bias):
+    """stop="first_k" is transformers' early_stopping=True: a sentence ends at beam_size finished hypotheses."""
+    hf = _marian(eos_bias=eos_bias, **CONFIGS[name])
+    ours = tl.from_marian(hf)
+    src = _batch(5)
+    theirs = _generate(hf, src, num_beams=4, max_new_tokens=30, length_penalty=1.3, early_stopping=True)
+    config = tl.GenerationConfig(strategy="beam", beam_size=4, max_len_a=0, max_len_b=30, length_norm="power",
+                                 alpha=1.3, stop="first_k")
+    mine, _ = tl.beam_search(ours, src, config=config)
+    assert _equal_rows_up_to_near_ties(ours, src, mine, theirs, 1.3) >= src.size(0) - 1
+
+
+def test_the_two_stopping_rules_differ_somewhere():
+    """The first_k and book rules are not the same search: on these models some output differs."""
+    differ = 0
+    for seed in range(4):
+        hf = _marian(seed=seed, eos_bias=1.0)
+        ours = tl.from_marian(hf)
+        src = _batch(seed + 10, n=12)
+        base = tl.GenerationConfig(strategy="beam", beam_size=4, max_len_a=0, max_len_b=30, length_norm="power",
+                                   alpha=1.0)
+        book, _ = tl.beam_search(ours, src, config=base)
+        first, _ = tl.beam_search(ours, src, config=base.replace(stop="first_k"))
+        differ += not _same(book, first, ours.config.pad_id)
+    assert differ > 0
+
+
+@pytest.mark.parametrize("settings", [
+    {"num_beams": 4, "length_penalty": 1.2, "max_length": 21},
+    {"num_beams": 3, "length_penalty": 0.6, "early_stopping": True, "max_length": 25},
+    {"num_beams": 1, "max_length": 16},
+    {"num_beams": 5},                                    # no max_length: the book's 2·S + 10
+])
+def test_a_converted_model_decodes_with_marians_rule_by_default(settings, tmp_path):
+    """marian_generation_config reads what the Marian directory holds; decoding with it alone gives generate's
+    output with the model's own generation config (no argument but the input)."""
+    from transformer_lib.marian import marian_generation_config
+    hf = _marian(eos_bias=1.0)
+    hf.generation_config.update(**settings)
+    hf.save_pretrained(tmp_path / "m")
+    config = marian_generation_config(tmp_path / "m")
+    beams = settings["num_beams"]
+    assert config.strategy == ("beam" if beams > 1 else "greedy") and config.length_norm == "power"
+    assert config.alpha == settings.get("length_penalty", 1.0)
+    assert config.stop == ("first_k" if settings.get("early_stopping") else "book")
+    assert (config.max_len_a, config.max_len_b) == ((0.0, settings["max_length"] - 1) if "max_length" in settings
+                                                    else (2.0, 10))
+    ours = tl.from_marian(hf)
+    src = _batch(6)
+    limit = {}
+    if "max_length" not in settings:         # generate's own default limit differs across versions: given here
+        config = config.replace(max_len_a=0, max_len_b=20)
+        limit = {"max_new_tokens": 20}
+    with torch.no_grad():
+        theirs = hf.generate(input_ids=src, attention_mask=(src != hf.config.pad_token_id).long(), **limit)
+    mine = (tl.beam_search(ours, src, config=config)[0] if beams > 1
+            else tl.greedy_decode(ours, src, config=config))
+    assert _equal_rows_up_to_near_ties(ours, src, mine, theirs, config.alpha) >= src.size(0) - 1

@@ -1,13 +1,13 @@
-"""Tests of recipes/multi30k.py, the recorded Multi30k run (book/appendix_real_corpus.ipynb reads its result).
-
-Fast: the one-line error for a missing data file, gzipped raw files, the loss curve read from the tool's
-stderr, the CPU seconds of every training segment (an interrupted one too), the scores (lowercased BLEU,
-the spaCy-token BLEU when spaCy is there) and the paired intervals of averaged - last BLEU and of a run
-against another, rescoring a file from its stored hypotheses (and refusing one without them), the reuse
-of an averaged model, and the options a run keeps. Slow (it starts the command-line tool): the whole recipe
-in ``--smoke`` mode on a fake Multi30k folder of generated sentence pairs in the same file layout: the result
-JSON has every field (every hypothesis among them), its scores lie in range, running it again continues the
-run (``--resume``) and reuses the translations, and the file can be rescored from itself."""
+"""Tests of recipes/multi30k.py, the recorded Multi30k run (book/appendix_real_corpus.ipynb reads its result). Fast:
+the one-line error for a missing data file, gzipped raw files, the loss curve read from the run's metrics.jsonl
+(from the tool's stderr for a run begun before train wrote it), the step of a run's checkpoint, the CPU seconds of
+every training segment (an interrupted one too), the scores (lowercased BLEU, the spaCy-token BLEU when spaCy is
+there) and the paired intervals of averaged - last BLEU and of a run against another, rescoring a file from its
+stored hypotheses (and refusing one without them), the reuse of an averaged model, and the options a run keeps. Slow
+(it starts the command-line tool): the whole recipe in ``--smoke`` mode on a fake Multi30k folder of generated
+sentence pairs in the same file layout: the result JSON has every field (every hypothesis among them), its scores
+lie in range, running it again continues the run (``--resume``) and reuses the translations, and the file can be
+rescored from itself."""
 from __future__ import annotations
 
 import contextlib
@@ -23,8 +23,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
+from transformer_lib.model import Transformer, TransformerConfig
+from transformer_lib.training.checkpoint import save_checkpoint
+from transformer_lib.training.metrics_log import append_metrics
 from transformer_lib.translation.corpus import generate_pairs
 from transformer_lib.translation.metrics import corpus_bleu, paired_bleu_ci
 
@@ -33,6 +35,12 @@ sys.path.insert(0, str(ROOT / "recipes"))
 import multi30k  # noqa: E402
 
 SIZES = {"train": 300, "val": 40, "test_2016_flickr": 30}
+
+
+def _tiny() -> Transformer:
+    """A tiny model, for a real checkpoint file."""
+    return Transformer(TransformerConfig(11, 11, d_model=8, n_heads=2, n_encoder_layers=1, n_decoder_layers=1,
+                                         d_ff=16, max_len=16))
 
 
 def fake_multi30k(folder: Path, gz: bool = False) -> Path:
@@ -118,7 +126,23 @@ def test_the_training_cpu_time_is_summed_only_when_every_segment_has_it():
     assert multi30k.children_cpu() > before
 
 
-def test_the_loss_curve_is_read_from_the_tools_stderr(tmp_path):
+def test_the_loss_curve_is_read_from_the_runs_metrics_file(tmp_path):
+    run, log = tmp_path / "model", tmp_path / "train.log"
+    run.mkdir()
+    log.write_text("step 10/30: validation loss 9.900\n", encoding="utf-8")     # not read: the file is there
+    for record in ({"kind": "train", "step": 2, "loss": 6.5, "lr": 0.001}, {"kind": "valid", "step": 10,
+                   "val_loss": 4.8}, {"kind": "train", "step": 12, "loss": 5.0, "lr": 0.05},
+                   {"kind": "valid", "step": 20, "val_loss": 4.7}):
+        append_metrics(run / "metrics.jsonl", {**record, "tokens": 10, "seconds": 1.0, "cpu_seconds": 1.5})
+    with open(run / "metrics.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"kind": "valid", "step": 30, "val_')                    # torn by a crash: dropped
+    curve = multi30k.loss_curve(run, log)
+    assert curve["valid"] == [(10, 4.8), (20, 4.7)]
+    assert curve["train"] == [(2, 6.5), (12, 5.0)]
+    assert curve["source"].startswith("metrics.jsonl")
+
+
+def test_a_run_without_a_metrics_file_falls_back_to_the_tools_stderr(tmp_path):
     log = tmp_path / "train.log"
     log.write_text("1000 training pairs, vocabulary 400, ...\n"
                    "step 1/30: loss 6.500, lr 0.001, 0 s\n"
@@ -127,10 +151,10 @@ def test_the_loss_curve_is_read_from_the_tools_stderr(tmp_path):
                    "interrupted by Ctrl-C after step 12; ...\n"
                    "step 10/30: validation loss 4.800\n"            # resumed at step 10: made again
                    "step 20/30: validation loss 4.700\n", encoding="utf-8")
-    curve = multi30k.loss_curve(log)
+    curve = multi30k.loss_curve(tmp_path / "model", log)
     assert curve["valid"] == [(10, 4.8), (20, 4.7)]
     assert curve["train"] == [(1, 6.5), (12, 5.0)]
-    assert multi30k.loss_curve(tmp_path / "none.log")["valid"] == []
+    assert multi30k.loss_curve(tmp_path / "model", tmp_path / "none.log")["valid"] == []
 
 
 def test_scores_and_the_paired_interval():
@@ -275,7 +299,7 @@ def test_every_training_segment_records_its_cpu_seconds(tmp_path, monkeypatch):
     def busy_tool(arguments, what, log=None, stop=False):
         subprocess.run([sys.executable, "-c", "sum(i * i for i in range(3_000_000))"], check=True)
         run.mkdir(parents=True, exist_ok=True)
-        torch.save({"step": 10 if stop else 30}, run / "checkpoint.pt")
+        save_checkpoint(run / "checkpoint.pt", _tiny(), step=10 if stop else 30)
         if stop:
             raise KeyboardInterrupt
         return 1.0
@@ -340,9 +364,12 @@ def test_fewer_steps_than_the_run_has_made_is_an_error(tmp_path):
     args = multi30k.parse_args(["--data", str(tmp_path), "--work", str(tmp_path / "w"), "--smoke"])
     run = tmp_path / "w" / "model"
     run.mkdir(parents=True)
-    torch.save({"step": 40}, run / "checkpoint.pt")
+    save_checkpoint(run / "checkpoint.pt", _tiny(), step=40)
     (run / "model.safetensors").write_bytes(b"w")
     assert multi30k.steps_done(run) == 40
+    assert multi30k.steps_done(tmp_path) == 0                                  # no checkpoint there
+    (tmp_path / "checkpoint.pt").write_bytes(b"")                              # damaged: the tool says so
+    assert multi30k.steps_done(tmp_path) == 0
     with pytest.raises(multi30k.RecipeError, match="--steps 30: the run in .* has already made 40 updates"):
         multi30k.train(args, {"segments": []}, keep=False)
 

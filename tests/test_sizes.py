@@ -22,6 +22,7 @@ from safetensors.torch import load_file, save_file
 
 import transformer_lib.model_size as model_size
 import transformer_lib.translation.model_dir as model_dir_module
+from transformer_lib.cli.record import load_resume_setup
 from transformer_lib.feed_forward import ACTIVATIONS
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.model_size import ModelTooLargeError, check_model_fits, count_parameters
@@ -33,7 +34,6 @@ from transformer_lib.translation.model_dir import (
     ModelDirError,
     load_config_and_tokenizer,
     load_model_dir,
-    load_resume_setup,
     save_model_dir,
 )
 from transformer_lib.translation.tokenizer import BPETokenizer

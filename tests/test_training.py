@@ -23,6 +23,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from transformer_lib.model import TransformerConfig
+from transformer_lib.precision import PRECISIONS, amp_dtype
 from transformer_lib.training.batching import PadCollate, PairDataset
 from transformer_lib.training.config import TrainConfig
 from transformer_lib.training.distributed import gather_objects, is_distributed, rank, world_size
@@ -30,7 +31,6 @@ from transformer_lib.training.evaluation import evaluate, exact_match
 from transformer_lib.training.interrupts import Interrupts
 from transformer_lib.training.loop import train
 from transformer_lib.training.loss import LabelSmoothingLoss
-from transformer_lib.training.precision import PRECISIONS, amp_dtype
 from transformer_lib.training.schedule import noam_lambda, noam_optimizer
 
 SETTINGS = settings(max_examples=examples(40), deadline=None)

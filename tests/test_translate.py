@@ -14,6 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import save_model
 
+from transformer_lib.cli.record import load_resume_setup
+from transformer_lib.decoding.config import GenerationConfig
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.training.checkpoint import CheckpointError, save_checkpoint
 from transformer_lib.translation.corpus import generate_pairs
@@ -21,15 +23,17 @@ from transformer_lib.translation.metrics import bleu_ci, bootstrap_ci, corpus_bl
 from transformer_lib.translation.model_dir import (
     CHECKPOINT_FILE,
     CONFIG_FILE,
+    GENERATION_FILE,
     TOKENIZER_FILE,
     TOKENIZER_KIND_FILE,
     TRAINING_FILE,
     WEIGHTS_FILE,
     ModelDirError,
     load_config_and_tokenizer,
+    load_generation_config,
     load_model_dir,
-    load_resume_setup,
     save_config_and_tokenizer,
+    save_generation_config,
     save_model_dir,
 )
 from transformer_lib.translation.tokenizer import BPETokenizer
@@ -68,6 +72,38 @@ def test_save_then_load_gives_the_same_model(model, tokenizer, model_dir):
         assert torch.equal(a, b), name
     assert loaded.output.weight.data_ptr() == loaded.tgt_embed.weight.data_ptr()     # still tied
     assert tok.encode("2026年11月30日") == tokenizer.encode("2026年11月30日")
+
+
+def test_generation_defaults_round_trip(model_dir, tmp_path):
+    """A model directory keeps its decoding defaults in generation.json; without it, the library's."""
+    d = _copy(model_dir, tmp_path / "m")
+    assert load_generation_config(d) == GenerationConfig()                   # no file: the defaults
+    stored = GenerationConfig(strategy="beam", beam_size=3, length_norm="power", alpha=1.0, stop="first_k",
+                              max_len_a=1.5, max_len_b=4)
+    file = save_generation_config(d, stored)
+    assert file == d / GENERATION_FILE and load_generation_config(d) == stored
+    assert json.loads(file.read_text())["length_norm"] == "power"
+    mtime = file.stat().st_mtime_ns
+    save_generation_config(d, stored)                                         # the same text: not rewritten
+    assert file.stat().st_mtime_ns == mtime
+    with pytest.raises(TypeError, match="config must be a GenerationConfig"):
+        save_generation_config(d, stored.to_dict())
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("{", r"generation.json: damaged \("),
+    ("[1, 2]", "generation.json: not a valid generation config .*JSON object"),
+    ('{"beam_size": 0}', "generation.json: not a valid generation config .*beam_size must be an int >= 1"),
+    ('{"length_norm": "linear"}', "generation.json: not a valid generation config .*length_norm must be one of"),
+    ('{"beam": 4}', "generation.json: not a valid generation config .*beam: not a GenerationConfig field"),
+    ('{"alpha": "0.6"}', "generation.json: not a valid generation config .*alpha must be a finite number"),
+])
+def test_a_damaged_generation_file_is_one_line_naming_it(model_dir, tmp_path, text, needle):
+    d = _copy(model_dir, tmp_path / "m")
+    (d / GENERATION_FILE).write_text(text, encoding="utf-8")
+    with pytest.raises(ModelDirError, match=needle) as info:
+        load_generation_config(d)
+    assert "\n" not in str(info.value)
 
 
 def test_no_training_record_without_keywords(model, tokenizer, tmp_path):
@@ -245,7 +281,7 @@ def test_one_output_per_input_in_order(model, tokenizer):
     assert translate_lines(model, tokenizer, iter(lines), batch_size=2) == out     # batching changes nothing
     one_by_one = [translate_lines(model, tokenizer, [line])[0] for line in lines]
     assert one_by_one == out
-    beam = translate_lines(model, tokenizer, lines, beam=3, batch_size=3)
+    beam = translate_lines(model, tokenizer, lines, strategy="beam", beam_size=3, batch_size=3)
     assert len(beam) == len(lines) and beam[4] == ""
 
 
@@ -257,25 +293,33 @@ def test_max_len_bounds_the_output(model, tokenizer):
 
 def test_sampling_is_seeded(model, tokenizer):
     lines = [p.src for p in PAIRS[:6]]
-    a = translate_lines(model, tokenizer, lines, sampling=True, seed=3, temperature=2.0)
-    assert a == translate_lines(model, tokenizer, lines, sampling=True, seed=3, temperature=2.0)
-    assert any(translate_lines(model, tokenizer, lines, sampling=True, seed=s, temperature=2.0) != a
+    a = translate_lines(model, tokenizer, lines, strategy="sample", seed=3, temperature=2.0)
+    assert a == translate_lines(model, tokenizer, lines, strategy="sample", seed=3, temperature=2.0)
+    assert any(translate_lines(model, tokenizer, lines, strategy="sample", seed=s, temperature=2.0) != a
                for s in range(4, 8))
 
 
 @pytest.mark.parametrize("kwargs, error, needle", [
-    ({"beam": 0}, ValueError, "beam must be an int >= 1"),
-    ({"beam": True}, ValueError, "beam must be"),
+    ({"strategy": "beam", "beam_size": 0}, ValueError, "beam_size must be an int >= 1"),
+    ({"strategy": "beam", "beam_size": True}, ValueError, "beam_size must be"),
+    ({"strategy": "beams"}, ValueError, "strategy must be one of greedy, beam, sample"),
+    ({"beam_size": 2}, ValueError, "beam_size: a setting of another strategy than 'greedy'"),
+    ({"temperature": 2.0}, ValueError, "temperature: a setting of another strategy than 'greedy'"),
+    ({"beam": 2}, TypeError, "beam: not a GenerationConfig field"),
+    ({"config": {"beam_size": 2}}, TypeError, "config must be a GenerationConfig or None, got dict"),
+    ({"max_len": 5, "max_len_a": 1}, ValueError, "max_len: give a fixed max_len or max_len_a"),
     ({"batch_size": 0}, ValueError, "batch_size must be"),
     ({"max_len": 0}, ValueError, "max_len must be"),
-    ({"sampling": True, "beam": 2}, ValueError, "beam search .* or sampling"),
+    ({"strategy": "sample", "beam_size": 2}, ValueError, "beam_size: a setting of another strategy than 'sample'"),
     ({"precision": "fp8"}, ValueError, "precision must be one of"),
     ({"max_len": 49}, ValueError, "max_len=49 is larger than the model's"),
-    ({"beam": 2, "length_penalty": float("nan")}, ValueError, "length_penalty"),
-    ({"beam": 10_000}, ValueError, "beam=10000 is larger than the number of tokens a beam can take"),
-    ({"sampling": True, "temperature": 0.0}, ValueError, "temperature"),
-    ({"sampling": True, "top_k": -1}, ValueError, "top_k"),
-    ({"sampling": True, "top_p": 1.5}, ValueError, "top_p"),
+    ({"strategy": "beam", "alpha": float("nan")}, ValueError, "alpha must be a finite number"),
+    ({"strategy": "beam", "length_penalty": float("nan")}, ValueError, "length_penalty: alpha must be"),
+    ({"strategy": "beam", "beam_size": 10_000}, ValueError,
+     "beam_size=10000 is larger than the number of tokens a beam can take"),
+    ({"strategy": "sample", "temperature": 0.0}, ValueError, "temperature"),
+    ({"strategy": "sample", "top_k": -1}, ValueError, "top_k"),
+    ({"strategy": "sample", "top_p": 1.5}, ValueError, "top_p"),
 ])
 def test_bad_arguments(model, tokenizer, kwargs, error, needle):
     with pytest.raises(error, match=needle):
@@ -286,7 +330,7 @@ def test_the_models_mode_is_restored(model, tokenizer):
     """translate_lines decodes in eval mode and leaves a model in training mode as it found it."""
     model.train()
     try:
-        for kwargs in ({}, {"beam": 2}, {"sampling": True}):
+        for kwargs in ({}, {"strategy": "beam", "beam_size": 2}, {"strategy": "sample"}):
             translate_lines(model, tokenizer, ["drei", "vier"], **kwargs)
             assert model.training, kwargs
     finally:
@@ -332,14 +376,15 @@ def test_a_line_translates_the_same_alone_and_in_any_batch(model, tokenizer, bea
     # issue 14: beam output changed when hypotheses reached the batch's length limit
     lines = sorted({p.src for p in PAIRS[:200]}, key=len)
     lines = lines[:6] + lines[-6:]                  # short and long sentences in one batch
-    together = translate_lines(model, tokenizer, lines, beam=beam, batch_size=len(lines))
-    alone = [translate_lines(model, tokenizer, [line], beam=beam)[0] for line in lines]
+    config = GenerationConfig(strategy="beam", beam_size=beam)
+    together = translate_lines(model, tokenizer, lines, config, batch_size=len(lines))
+    alone = [translate_lines(model, tokenizer, [line], config)[0] for line in lines]
     assert together == alone
 
 
 def test_sampled_translations_are_valid_text(model, tokenizer):
     # issue 14: sampling with the default settings gave U+FFFD in 24 of 200 lines
-    out = translate_lines(model, tokenizer, [p.src for p in PAIRS[:60]], sampling=True, seed=1)
+    out = translate_lines(model, tokenizer, [p.src for p in PAIRS[:60]], strategy="sample", seed=1)
     assert not any("\ufffd" in line for line in out)
 
 

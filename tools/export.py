@@ -17,21 +17,29 @@ The book is the source of the library (literate programming, nbdev's directive s
   earlier cell) is folded into the body of that earlier class in the generated module. A method the class
   already has is replaced where it stands (a later chapter extending an earlier chapter's class, as d2l's
   ``add_to_class`` does); other members are appended. Such a cell may not call ``super()``: in the
-  notebook it would reach the earlier ``Name``, in the module the real base. A dataclass is reopened
-  with its own decorator (``@dataclass class Name(Name):``, spelled as the original is), which the
-  notebook needs for the fields the cell adds (with defaults, after the old ones) and the module drops:
-  the folded class has one decorator and every field;
+  notebook it would reach the earlier ``Name``. It calls the base's method by name instead
+  (``nn.Module.__init__(self)`` in a new ``__init__``), which the module spells ``super().__init__()``
+  (for a class of one base, in a method of the same name; a comment after the call, which explains the
+  notebook's spelling, is dropped). A dataclass is reopened with its own decorator (``@dataclass class
+  Name(Name):``, spelled as the original is), which the notebook needs for the fields the cell adds
+  (with defaults, after the old ones) and the module drops: the folded class has one decorator and
+  every field, the new ones after the old ones and before the methods;
 * a later page of the book (in the order of ``_toc.yml``) may add to a module of an earlier one, as an
-  appendix adds to its chapter's modules: its cells are appended after the earlier page's, a cell that
-  holds only imports joins the module's imports at the top, and a ``class Name(Name):`` cell may reopen
-  a class of the earlier page. The module's header names the page that made it and those that extend it;
+  appendix adds to its chapter's modules: its cells are appended after the earlier page's, and a
+  ``class Name(Name):`` cell may reopen a class of the earlier page. The module's header names the page
+  that made it and those that extend it;
+* the imports of every cell that goes to a module are gathered at its top, where its first cell's stand:
+  that cell's as it writes them, each other one once, in its group (``__future__``, the standard library,
+  other packages, ``transformer_lib``) in isort's order, or joined to a ``from`` import of the same module
+  where the line allows; an ``if TYPE_CHECKING:`` block of imports (names for annotations only) follows
+  them. A cell of imports only leaves nothing else in the module;
 * a module exported by a chapter that builds several modules imports the others' names with a
   directive line, ``#| from transformer_lib.checks import check_token_ids``: a comment in the notebook
   (whose kernel already holds the chapter's own definition), a real import in the generated module.
 
 Each generated module starts with a header that names its chapter and a digest of the body, and ends
 with an ``__all__`` of its public names (top-level functions, classes and constants that do not start
-with an underscore, from cells that are not internal). Each exported cell is preceded by a provenance
+with an underscore, from cells that are not internal). Each exported cell's code is preceded by a provenance
 comment, ``# [book/03_attention.ipynb, cell 3a742c30]``, that names the cell by its stable id (inserting a
 cell does not rewrite unrelated modules), so that a traceback leads to the cell to edit.
 
@@ -53,6 +61,7 @@ import hashlib
 import json
 import re
 import sys
+import textwrap
 from pathlib import Path
 from typing import NamedTuple
 
@@ -198,9 +207,10 @@ def _member_span(node: ast.stmt) -> tuple[int, int]:
 
 def _fold(chunk: list[str], notebook_rel: str, cell: Cell, node: ast.ClassDef) -> list[str]:
     """``chunk`` (a module piece whose top level defines class ``node.name``) with a reopening cell folded
-    in: a method the class already has is replaced where it stands, the other members are appended to the
-    class's body; each piece goes behind the reopening cell's provenance."""
-    lines = cell.body.splitlines()
+    in: a method the class already has is replaced where it stands, the fields a reopened dataclass gains
+    follow its last field, the other members are appended to the class's body; each piece goes behind the
+    reopening cell's provenance. A call of the base's method by name (``nn.Module.__init__(self)``, the
+    notebook's way past the earlier class) is spelled ``super().__init__()`` in the module."""
     where = f"{notebook_rel}, cell {cell.cell_id}"
     target = [n for n in ast.parse("\n".join(chunk)).body if isinstance(n, ast.ClassDef) and n.name == node.name][-1]
     _check_decorators(where, node, target)
@@ -210,27 +220,45 @@ def _fold(chunk: list[str], notebook_rel: str, cell: Cell, node: ast.ClassDef) -
     if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "super"
            for n in ast.walk(node)):
         raise ExportError(f"{where}: a cell that reopens class {node.name} "
-                          "cannot call super() (in the module it would reach another class)")
+                          "cannot call super() (in the notebook it would reach the earlier "
+                          f"{node.name}); call the base's method by name, as "
+                          "`nn.Module.__init__(self)`: the module spells it super()")
+    lines = _spell_super(cell.body.splitlines(), node, target)
     existing = {m.name: m for m in target.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
     comment = "    " + provenance(notebook_rel, cell.cell_id)
-    replaced: list[tuple[int, int, list[str]]] = []  # (first, last) in chunk, new lines
-    taken: set[int] = set()  # lines of the cell that replace a method
+    edits: list[tuple[int, int, list[str]]] = []  # (first, last) lines in chunk (last < first: insert), new
+    taken: set[int] = set()  # lines of the cell placed elsewhere than at the end of the class
     for member in node.body:
         if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef)) and member.name in existing:
             a, b = _member_span(member)
             taken.update(range(a, b + 1))
-            replaced.append((*_member_span(existing[member.name]), [comment, *lines[a - 1:b]]))
+            edits.append((*_member_span(existing[member.name]), [comment, *lines[a - 1:b]]))
+    if _dataclass_decorator(target) is not None:
+        fields: list[str] = []
+        for member in node.body:
+            if isinstance(member, ast.AnnAssign):
+                a, b = _with_comments_above(lines, *_member_span(member))
+                taken.update(range(a, b + 1))
+                fields += lines[a - 1:b]
+        if fields:
+            after = _fields_end(target)
+            edits.append((after + 1, after, ["", comment, *fields]))
     header_end = node.body[0].lineno - 1
     while header_end > node.lineno and not lines[header_end - 1].rstrip().endswith(":"):
         header_end -= 1
     rest = [line for i, line in enumerate(lines, 1) if i > header_end and i not in taken]
+    while rest and not rest[0].strip():
+        rest.pop(0)
+    while rest and not rest[-1].strip():
+        rest.pop()
     out = list(chunk)
     end = target.end_lineno or target.lineno
-    if any(line.strip() for line in rest):
-        while rest and not rest[-1].strip():
-            rest.pop()
-        out[end:end] = ["", comment, *rest]
-    for a, b, new in sorted(replaced, reverse=True):
+    if rest:
+        edits.append((end + 1, end, ["", comment, *rest]))
+    for a, b, new in sorted(edits, key=lambda e: e[0], reverse=True):
+        if b < a:  # an insertion after line b
+            out[a - 1:a - 1] = new
+            continue
         prev = a - 2  # the line above the old definition: the provenance of the cell that wrote it
         if prev >= 0 and out[prev].strip().startswith("# ["):
             if not _alone_after(out, b):  # that cell wrote more: its comment moves down to the rest
@@ -238,6 +266,59 @@ def _fold(chunk: list[str], notebook_rel: str, cell: Cell, node: ast.ClassDef) -
                 out.insert(after, out[prev])
             a -= 1
         out[a - 1:b] = new
+    return out
+
+
+def _with_comments_above(lines: list[str], first: int, last: int) -> tuple[int, int]:
+    """(first, last) widened to the comment lines right above line ``first`` (1-based)."""
+    while first > 1 and lines[first - 2].strip().startswith("#"):
+        first -= 1
+    return first, last
+
+
+def _fields_end(target: ast.ClassDef) -> int:
+    """The line after which a dataclass's new fields go: its last field's, else its docstring's, else the
+    line above its first member."""
+    fields = [m for m in target.body if isinstance(m, ast.AnnAssign)]
+    if fields:
+        return fields[-1].end_lineno or fields[-1].lineno
+    first = target.body[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        return first.end_lineno or first.lineno
+    return _member_span(first)[0] - 1
+
+
+def _spell_super(lines: list[str], node: ast.ClassDef, target: ast.ClassDef) -> list[str]:
+    """``lines`` (a reopening cell) with each call of the base's own method by name inside a method of that
+    name, ``Base.name(self, ...)``, respelled ``super().name(...)``, as a module that defines the class once
+    writes it (the notebook cannot: its ``super()`` is the earlier class). A comment after such a call,
+    which explains the notebook's spelling, is dropped. Only for a class with one base, the one named."""
+    if len(target.bases) > 1 or target.keywords:
+        return lines
+    base = ast.unparse(target.bases[0]) if target.bases else "object"
+    out = list(lines)
+    for method in node.body:
+        if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) or not method.args.args:
+            continue
+        me = method.args.args[0].arg
+        statements = {id(s.value) for s in ast.walk(method) if isinstance(s, ast.Expr)}
+        for call in ast.walk(method):
+            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                    and call.func.attr == method.name and ast.unparse(call.func.value) == base
+                    and call.args and isinstance(call.args[0], ast.Name) and call.args[0].id == me
+                    and call.func.lineno == call.args[0].end_lineno):
+                continue
+            row = call.func.lineno - 1
+            text = out[row].encode("utf-8")  # ast's columns count bytes
+            one_line = call.end_lineno == call.lineno
+            head = text[:call.func.col_offset]
+            mid = text[call.args[0].end_col_offset or 0:call.end_col_offset if one_line else None].lstrip()
+            after = text[call.end_col_offset or 0:] if one_line else b""
+            if mid.startswith(b","):  # the arguments after self
+                mid = mid[1:].lstrip()
+            if one_line and id(call) in statements and after.strip().startswith(b"#"):
+                after = b""
+            out[row] = (head + f"super().{method.name}(".encode() + mid + after).decode("utf-8").rstrip()
     return out
 
 
@@ -282,36 +363,172 @@ def _alone_after(lines: list[str], last: int) -> bool:
     return True
 
 
-def _imports_only(body: str) -> bool:
+class _Import(NamedTuple):
+    """One import statement of a cell: its group (0 ``__future__``, 1 the standard library, 2 other
+    packages, 3 ``transformer_lib``), its module for ``from M import ...`` (None for ``import M``), the
+    names it binds, and its text as the cell spells it (comments included)."""
+
+    group: int
+    module: str | None
+    names: tuple[tuple[str, str | None], ...]
+    text: str
+
+    @property
+    def key(self) -> tuple[bool, str]:
+        """The order within a group (as isort's): ``import M`` first, then by module."""
+        return self.module is not None, (self.module or self.names[0][0]).lower()
+
+
+IMPORTS_HERE = "#| imports |#"  # where the first cell's imports stood, until the module's imports replace it
+
+
+def _import_of(node: ast.Import | ast.ImportFrom, text: str) -> _Import:
+    names = tuple((a.name, a.asname) for a in node.names)
+    if isinstance(node, ast.ImportFrom):
+        module = "." * node.level + (node.module or "")
+        top = "" if node.level else module.split(".")[0]
+    else:
+        module, top = None, names[0][0].split(".")[0]
+    group = (0 if top == "__future__" else 3 if top in ("", "transformer_lib")
+             else 1 if top in sys.stdlib_module_names else 2)
+    return _Import(group, module, names, text)
+
+
+def _type_checking(node: ast.stmt) -> bool:
+    """Whether ``node`` is an ``if TYPE_CHECKING:`` block of imports only (names for annotations)."""
+    return (isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+            and not node.orelse and all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in node.body))
+
+
+def _take_imports(body: str) -> tuple[list[str], list[_Import], list[tuple[str, list[_Import]]], int | None]:
+    """(the lines of ``body`` without its top-level imports, those imports, its ``if TYPE_CHECKING:``
+    blocks as (their ``if`` line, their imports), the index of the line where the first one stood or None).
+    A comment right above an import moves with it; blank lines left between moved lines go too."""
+    lines = body.splitlines()
     try:
         tree = ast.parse(body)
     except SyntaxError:
-        return False
-    return bool(tree.body) and all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in tree.body)
+        return lines, [], [], None
+    imports: list[_Import] = []
+    guarded: list[tuple[str, list[_Import]]] = []
+    moved: set[int] = set()  # 0-based
+    for node in tree.body:
+        if not isinstance(node, (ast.Import, ast.ImportFrom)) and not _type_checking(node):
+            continue
+        first, last = _with_comments_above(lines, node.lineno, node.end_lineno or node.lineno)
+        moved.update(range(first - 1, last))
+        if isinstance(node, ast.If):
+            inner = [_import_of(n, textwrap.dedent("\n".join(
+                lines[_with_comments_above(lines, n.lineno, 0)[0] - 1:n.end_lineno]))) for n in node.body]
+            guarded.append((lines[node.lineno - 1].strip(), inner))
+        else:
+            imports.append(_import_of(node, "\n".join(lines[first - 1:last])))
+    if not moved:
+        return lines, [], [], None
+    for i, line in enumerate(lines):  # a blank line between two moved lines (or the cell's start) goes
+        if not line.strip():
+            above = next((j for j in range(i - 1, -1, -1) if lines[j].strip()), None)
+            below = next((j for j in range(i + 1, len(lines)) if lines[j].strip()), None)
+            if (above is None or above in moved) and (below is None or below in moved):
+                moved.add(i)
+    at = min(moved)
+    return [line for i, line in enumerate(lines) if i not in moved], imports, guarded, at
+
+
+def _merged(have: _Import, new: list[tuple[str, str | None]]) -> _Import | None:
+    """``from M import a`` and the names ``new`` of M as one statement, when both fit on one line."""
+    if "\n" in have.text or "#" in have.text:
+        return None
+    names = sorted(have.names + tuple(new), key=_name_order)
+    text = f"from {have.module} import " + ", ".join(n if a is None else f"{n} as {a}" for n, a in names)
+    return have._replace(names=tuple(names), text=text) if len(text) <= 88 else None
+
+
+def _name_order(name: tuple[str, str | None]) -> tuple[int, str]:
+    """isort's order of the names of one ``from`` import: constants, classes, the rest."""
+    n = name[0]
+    return (0 if n.isupper() and len(n) > 1 else 1 if n[:1].isupper() else 2), n
+
+
+def _import_block(own: list[_Import], added: list[_Import],
+                  guarded: list[tuple[str, list[_Import]]]) -> list[str]:
+    """The module's imports: those of its first cell as it writes them (``own``), then each later one
+    (``added``) unless the module has it already, joined to a ``from`` import of the same module when the
+    line allows, else put in its group in isort's order. Groups are parted by a blank line, ``__future__``
+    first; the names imported for annotations only follow, in one ``if TYPE_CHECKING:`` block."""
+    block: list[_Import] = []
+    for number, imp in enumerate(own + added):
+        if any(b.module == imp.module and b.names == imp.names for b in block):
+            continue
+        if imp.module is not None:
+            same = [i for i, b in enumerate(block) if b.module == imp.module]
+            new = [n for n in imp.names if all(n not in block[i].names for i in same)]
+            if not new:
+                continue
+            if same and number >= len(own):
+                joined = _merged(block[same[0]], new)
+                if joined is not None:
+                    block[same[0]] = joined
+                    continue
+                if len(new) < len(imp.names):
+                    imp = imp._replace(names=tuple(new), text=f"from {imp.module} import "
+                                       + ", ".join(n if a is None else f"{n} as {a}" for n, a in new))
+                block.insert(same[-1] + 1, imp)
+                continue
+        if number < len(own):
+            block.append(imp)
+            continue
+        peers = [i for i, b in enumerate(block) if b.group == imp.group]
+        later = [i for i in peers if block[i].key > imp.key]
+        at = (later[0] if later else peers[-1] + 1 if peers
+              else next((i for i, b in enumerate(block) if b.group > imp.group), len(block)))
+        block.insert(at, imp)
+    out: list[str] = []
+    for i, imp in enumerate(block):
+        if i and imp.group != block[i - 1].group:
+            out.append("")
+        out.append(imp.text)
+    if guarded:
+        inner: list[str] = []
+        for _, imps in guarded:
+            inner += [imp.text for imp in imps if imp.text not in inner]
+        body = ["    " + line for text in inner for line in text.splitlines()]
+        out += ["", guarded[0][0], *body]
+    return out
 
 
 def render_module(cells: list[tuple[str, Cell]]) -> str:
     """The full text of a generated module from its cells, (notebook, cell) in book order: each cell behind
-    its provenance comment, reopened classes folded, a later page's import cells moved up to the module's
-    imports; ``__all__`` lists the public names of the cells that are not internal."""
+    its provenance comment, reopened classes folded, the imports of every cell gathered at the top (where
+    the first cell's stood); ``__all__`` lists the public names of the cells that are not internal."""
     chunks: list[list[str]] = []
     owner: dict[str, int] = {}  # class name -> the chunk that defines it
     first = cells[0][0]
     pages = list(dict.fromkeys(rel for rel, _ in cells))
     names: list[str] = []
-    n_imports = 0  # leading chunks that hold only imports
+    own: list[_Import] = []       # the first chunk's imports, as it writes them
+    added: list[_Import] = []     # the other cells'
+    guarded: list[tuple[str, list[_Import]]] = []
+    home: str | None = None       # the provenance of the first cell with imports, when it is not the first
     for notebook_rel, cell in cells:
         node = _reopened_class(cell.body, set(owner))
         if node is not None:
             chunks[owner[node.name]] = _fold(chunks[owner[node.name]], notebook_rel, cell, node)
             continue
-        lines = [provenance(notebook_rel, cell.cell_id), *cell.body.splitlines()]
-        if notebook_rel != first and _imports_only(cell.body):  # a later page's imports join the top
-            if n_imports == 0 and chunks and "from __future__" in "\n".join(chunks[0]):
-                n_imports = 1                           # never above a __future__ import
-            chunks.insert(n_imports, lines)
-            owner = {k: c + (c >= n_imports) for k, c in owner.items()}
-            n_imports += 1
+        lines, imports, checking, at = _take_imports(cell.body)
+        guarded += checking
+        if at is not None and not chunks:
+            own = imports
+            lines.insert(at, IMPORTS_HERE)
+        else:
+            added += imports
+            if at is not None and home is None:
+                home = provenance(notebook_rel, cell.cell_id)
+        while lines and not lines[-1].strip():
+            lines.pop()
+        while lines and not lines[0].strip():
+            lines.pop(0)
+        if not lines:  # a cell of imports only
             continue
         try:
             tree = ast.parse(cell.body)
@@ -320,11 +537,15 @@ def render_module(cells: list[tuple[str, Cell]]) -> str:
         for top in tree.body if tree else []:
             if isinstance(top, ast.ClassDef):
                 owner[top.name] = len(chunks)
-        if n_imports == len(chunks) and _imports_only(cell.body):
-            n_imports += 1
-        chunks.append(lines)
+        chunks.append([provenance(notebook_rel, cell.cell_id), *lines])
         if not cell.internal and tree is not None:
             names += [n for n in public_names(cell.body) if n not in names]
+    block = _import_block(own, added, guarded)
+    if chunks and IMPORTS_HERE in chunks[0]:
+        at = chunks[0].index(IMPORTS_HERE)
+        chunks[0][at:at + 1] = block
+    elif block:
+        chunks.insert(0, [home or "", *block] if home else block)
     body = "\n\n\n".join("\n".join(lines) for lines in chunks) + "\n"
     content = body + "\n\n" + _all_line(names)
     extended = "".join(f"Extended by {rel}.\n" for rel in pages[1:])

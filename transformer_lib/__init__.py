@@ -12,32 +12,25 @@ and its config, training, decoding, translation and the loaders. Everything else
 ``from transformer_lib.training.checkpoint import CHECKPOINT_FORMAT``. The
 command-line tool (``transformer_lib.cli``) is not imported here.
 """
+import importlib
+import typing
+
 from transformer_lib.seeding import seed_everything
 from transformer_lib.checks import default_device
 from transformer_lib.embedding import TokenEmbedding
 from transformer_lib.positional import (LearnedPositionalEncoding, PositionalEncoding,
                                         sinusoidal_table)
-from transformer_lib.attention import AttentionCache, MultiHeadAttention, attention
+from transformer_lib.attention import MultiHeadAttention, attention
 from transformer_lib.masks import causal_mask, padding_mask, target_mask
 from transformer_lib.feed_forward import PositionwiseFeedForward
 from transformer_lib.norm import LayerNorm, RMSNorm, SublayerConnection
 from transformer_lib.encoder import Encoder, EncoderLayer, LayerConfig
-from transformer_lib.decoder import Decoder, DecoderLayer, KVCache
+from transformer_lib.cache import AttentionCache, KVCache
+from transformer_lib.decoder import Decoder, DecoderLayer
 from transformer_lib.model import Transformer, TransformerConfig, load_torch_transformer
-from transformer_lib.training.batching import (Batch, PadCollate, PairDataset,
-                                               TokenBucketSampler, copy_task,
-                                               reverse_task)
-from transformer_lib.training.loss import LabelSmoothingLoss
-from transformer_lib.training.schedule import noam_lambda, noam_optimizer
-from transformer_lib.training.config import TrainConfig, TrainHistory
-from transformer_lib.training.loop import train
-from transformer_lib.training.evaluation import evaluate, exact_match
-from transformer_lib.training.checkpoint import (CheckpointError, NonFiniteError,
-                                                 load_checkpoint, save_checkpoint)
-from transformer_lib.training.averaging import (average_checkpoints,
-                                                average_state_dicts)
-from transformer_lib.training.distributed import cleanup_distributed, setup_distributed
-from transformer_lib.decoding.greedy import DecodingConfig, greedy_decode, token_scores
+from transformer_lib.decoding.config import GenerationConfig
+from transformer_lib.decoding.greedy import (DecodableModelConfig, greedy_decode,
+                                             token_scores)
 from transformer_lib.decoding.beam import beam_search
 from transformer_lib.decoding.sampling import sample
 from transformer_lib.translation.corpus import (CorpusError, generate_pairs,
@@ -52,6 +45,26 @@ from transformer_lib.modern.rope import RotaryEmbedding
 from transformer_lib.modern.decoder_only import DecoderOnlyConfig, DecoderOnlyLM
 from transformer_lib.modern.llama import load_llama_state_dict
 from transformer_lib.marian import convert_marian, from_marian, load_marian_dir
+
+# chapter 10's names are imported when first used (PEP 562): a program that only
+# translates does not import the training package
+_LAZY = {
+    "transformer_lib.training.batching": ("Batch", "PadCollate", "PairDataset",
+                                          "TokenBucketSampler", "copy_task",
+                                          "reverse_task"),
+    "transformer_lib.training.loss": ("LabelSmoothingLoss",),
+    "transformer_lib.training.schedule": ("noam_lambda", "noam_optimizer"),
+    "transformer_lib.training.config": ("TrainConfig", "TrainHistory"),
+    "transformer_lib.training.loop": ("train",),
+    "transformer_lib.training.evaluation": ("evaluate", "exact_match"),
+    "transformer_lib.training.checkpoint": ("CheckpointError", "NonFiniteError",
+                                            "load_checkpoint", "save_checkpoint"),
+    "transformer_lib.training.averaging": ("average_checkpoints",
+                                           "average_state_dicts"),
+    "transformer_lib.training.distributed": ("cleanup_distributed",
+                                             "setup_distributed"),
+}
+_LAZY_NAMES = {name: module for module, names in _LAZY.items() for name in names}
 
 __all__ = [
     # chapter 0: seeding
@@ -71,7 +84,8 @@ __all__ = [
     "average_state_dicts", "setup_distributed", "cleanup_distributed",
     "NonFiniteError", "CheckpointError",
     # chapter 11: decoding
-    "DecodingConfig", "greedy_decode", "beam_search", "sample", "token_scores",
+    "GenerationConfig", "DecodableModelConfig", "greedy_decode", "beam_search",
+    "sample", "token_scores",
     # chapter 12: translation
     "BPETokenizer", "generate_pairs", "number_pair", "split_pairs", "read_tsv",
     "write_tsv", "encode_pairs", "translate_lines", "corpus_bleu", "bleu_ci",
@@ -84,3 +98,34 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> typing.Any:
+    """A training name, imported from its module on first use."""
+    module = _LAZY_NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'transformer_lib' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value                      # the next look-up is a plain one
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY_NAMES))
+
+
+if typing.TYPE_CHECKING:                         # what type checkers and IDEs see
+    from transformer_lib.training.averaging import (average_checkpoints,
+                                                    average_state_dicts)
+    from transformer_lib.training.batching import (Batch, PadCollate, PairDataset,
+                                                   TokenBucketSampler, copy_task,
+                                                   reverse_task)
+    from transformer_lib.training.checkpoint import (CheckpointError, NonFiniteError,
+                                                     load_checkpoint, save_checkpoint)
+    from transformer_lib.training.config import TrainConfig, TrainHistory
+    from transformer_lib.training.distributed import (cleanup_distributed,
+                                                      setup_distributed)
+    from transformer_lib.training.evaluation import evaluate, exact_match
+    from transformer_lib.training.loop import train
+    from transformer_lib.training.loss import LabelSmoothingLoss
+    from transformer_lib.training.schedule import noam_lambda, noam_optimizer

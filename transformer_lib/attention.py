@@ -3,14 +3,15 @@ Extended by book/08_decoder.ipynb.
 Extended by book/13_modern.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 8b5a8e1bc24f5159
+# digest: 8b735f165ba46d16
 # fmt: off
 
 # [book/03_attention.ipynb, cell 543feaed]
 from __future__ import annotations
 
 import math
-from typing import cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.nn.functional as F
@@ -18,13 +19,8 @@ from torch import nn
 
 from transformer_lib.checks import check_int, check_probability
 
-
-# [book/08_decoder.ipynb, cell 1692eaa0]
-from dataclasses import dataclass, field
-
-
-# [book/13_modern.ipynb, cell 4bd32cbf]
-from collections.abc import Callable
+if TYPE_CHECKING:  # for annotations: chapter 3's module imports no later module
+    from transformer_lib.cache import AttentionCache
 
 
 # [book/03_attention.ipynb, cell 7d2b8459]
@@ -129,15 +125,16 @@ class MultiHeadAttention(nn.Module):
     Per-head weights (B, n_heads, Lq, Lk), for plots: ``mha.forward_with_weights(...)``
     returns them, and with ``mha.record_weights = True`` every forward stores them in
     ``mha.last_weights``; both use the explicit ``attention`` path, otherwise
-    ``F.scaled_dot_product_attention`` runs. ``cache`` (an :class:`AttentionCache`,
-    chapter 8): self-attention appends the new keys/values; cross-attention computes
-    them on the first call and reuses them. Chapter 13 adds GQA and rotary.
+    ``F.scaled_dot_product_attention`` runs. ``cache`` (chapter 8's
+    :class:`~transformer_lib.cache.AttentionCache`): self-attention appends the new
+    keys/values; cross-attention computes them on the first call and reuses them.
+    Chapter 13 adds GQA and rotary.
     """
 
     # [book/13_modern.ipynb, cell 5d61bd9f]
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0,
                  bias: bool = True, n_kv_heads: int | None = None):
-        nn.Module.__init__(self)                     # replaces chapter 3's constructor
+        super().__init__()
         d_model, n_heads = check_heads(d_model, n_heads)
         n_kv = n_heads if n_kv_heads is None else check_int(n_kv_heads, "n_kv_heads")
         if n_heads % n_kv != 0:
@@ -291,60 +288,4 @@ class MultiHeadAttention(nn.Module):
         check_mask(mask, (query.size(0), self.n_heads, query.size(1), Lk))
 
 
-# [book/08_decoder.ipynb, cell 09deaa4b]
-@dataclass
-class AttentionCache:
-    """One attention block's keys and values, kept between the steps of incremental
-    decoding: k and v (B, heads, t, d_k), None before the first call. :meth:`append`
-    concatenates (``torch.cat``), unless ``reserve(n)`` made the cache static:
-    (B, heads, n, d_k) buffers written in place, k and v views of the first t."""
-
-    k: torch.Tensor | None = None
-    v: torch.Tensor | None = None
-    capacity: int | None = None            # static: room for this many positions
-    _room: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, init=False)
-
-    @property
-    def length(self) -> int:                   # how many key positions are cached
-        return 0 if self.k is None else self.k.size(2)
-
-    def reserve(self, capacity: int) -> None:
-        """Make the (empty) cache static, with room for ``capacity`` positions."""
-        if self.k is not None:
-            raise RuntimeError("reserve an AttentionCache before its first call")
-        self.capacity = check_int(capacity, "capacity")
-
-    def append(self, k: torch.Tensor,
-               v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Add the keys and values (B, heads, L, d_k) of L new positions; -> those of
-        every cached position (B, heads, t + L, d_k)."""
-        if self.capacity is None:                  # grow: copy the old positions too
-            if self.k is not None and self.v is not None:
-                k, v = torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
-        else:
-            k, v = self._write(k, v, self.length)
-        self.k, self.v = k, v
-        return k, v
-
-    def _write(self, k: torch.Tensor, v: torch.Tensor,
-               start: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Static: write k, v into the buffers at ``start``; -> the filled views."""
-        end, room = start + k.size(2), cast(int, self.capacity)
-        if end > room:
-            raise ValueError(f"the cache has room for {room} positions, got {end}")
-        if self._room is None or self._room[0].size(0) != k.size(0):
-            shape = (*k.shape[:2], room, k.size(3))
-            self._room = k.new_empty(shape), v.new_empty(shape)
-        room_k, room_v = self._room
-        room_k[:, :, start:end], room_v[:, :, start:end] = k, v      # in place
-        return room_k[:, :, :end], room_v[:, :, :end]
-
-    def reorder(self, index: torch.Tensor) -> None:
-        """Keep batch rows ``index`` (in that order): the beams that survive a step."""
-        if self.k is not None and self.v is not None:
-            index = index.to(self.k.device)
-            k, v = self.k.index_select(0, index), self.v.index_select(0, index)
-            self.k, self.v = (k, v) if self.capacity is None else self._write(k, v, 0)
-
-
-__all__ = ['check_mask', 'attention', 'MultiHeadAttention', 'AttentionCache']
+__all__ = ['check_mask', 'attention', 'MultiHeadAttention']

@@ -1,74 +1,25 @@
 """Generated from book/08_decoder.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 4b224022ca61fc7b
+# digest: edbbe30a60f0b5c5
 # fmt: off
 
 # [book/08_decoder.ipynb, cell b698ca2c]
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TypeVar
 
 import torch
 from torch import nn
 
-from transformer_lib.attention import AttentionCache, MultiHeadAttention
-from transformer_lib.checks import check_int
+from transformer_lib.attention import MultiHeadAttention
+from transformer_lib.cache import KVCache, LayerCache
 from transformer_lib.encoder import LayerConfig
 from transformer_lib.feed_forward import PositionwiseFeedForward
 from transformer_lib.torch_weights import (DecoderLayerParts, copy_layer, expect_parts,
                                            expect_torch, load_torch_stack)
 
 _M = TypeVar("_M", bound=nn.Module)
-
-
-@dataclass
-class LayerCache:
-    """One decoder layer's cached keys and values: its self-attention's (one position
-    more at every step) and its cross-attention's (the encoder output's, computed at
-    the first step); ``cross_attn`` is None in a model without cross-attention."""
-
-    self_attn: AttentionCache = field(default_factory=AttentionCache)
-    cross_attn: AttentionCache | None = field(default_factory=AttentionCache)
-
-
-class KVCache:
-    """The keys and values every decoder layer has computed so far, kept between steps:
-    ``layers[i]`` is layer i's :class:`LayerCache`, (B, h, t, d_k) tensors.
-    ``cross=False`` keeps self-attention caches only (a decoder-only model, chapter
-    13). ``reserve(n)`` makes the self-attention caches static, with room for n
-    positions (chapter 3). Chapter 11 builds decoding on it.
-    """
-
-    def __init__(self, n_layers: int, cross: bool = True):
-        n_layers = check_int(n_layers, "n_layers")
-        self.layers = [LayerCache(AttentionCache(), AttentionCache() if cross else None)
-                       for _ in range(n_layers)]
-
-    @property
-    def length(self) -> int:
-        """How many target positions are cached."""
-        return self.layers[0].self_attn.length
-
-    def reserve(self, max_len: int) -> None:
-        """Preallocate every self-attention cache for ``max_len`` target positions, to
-        be written in place (call it before the first step)."""
-        for layer in self.layers:
-            layer.self_attn.reserve(max_len)
-
-    def reorder(self, index: torch.Tensor, cross: bool = True) -> None:
-        """Keep batch rows ``index`` (in that order) of every cached tensor: the beams
-        that survive a step. ``cross=False`` leaves the cross-attention caches as they
-        are, which is right when each new row comes from a row of the same source
-        sentence (beam search after its first step): those rows hold the same keys."""
-        if (not isinstance(index, torch.Tensor) or index.dim() != 1
-                or index.dtype.is_floating_point):
-            raise ValueError("index must be a 1-D integer tensor of batch rows")
-        for layer in self.layers:
-            layer.self_attn.reorder(index)
-            if cross and layer.cross_attn is not None:
-                layer.cross_attn.reorder(index)
 
 
 # [book/08_decoder.ipynb, cell 285b0e66]
@@ -171,7 +122,4 @@ def load_torch_decoder(decoder: _M, reference: nn.Module) -> _M:
                             load_torch_decoder_layer, "decoder")
 
 
-__all__ = [
-    'LayerCache', 'KVCache', 'DecoderLayer', 'Decoder', 'load_torch_decoder_layer',
-    'load_torch_decoder',
-]
+__all__ = ['DecoderLayer', 'Decoder', 'load_torch_decoder_layer', 'load_torch_decoder']

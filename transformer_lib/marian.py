@@ -1,7 +1,7 @@
 """Generated from book/appendix_marian.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: d72ff51a78bc5c57
+# digest: a6cae4b8b3affe5e
 # fmt: off
 
 # [book/appendix_marian.ipynb, cell 355b3753]
@@ -16,14 +16,16 @@ import torch
 from safetensors.torch import load_model, save_model
 
 from transformer_lib.checks import resolve_device
+from transformer_lib.decoding.config import GenerationConfig
 from transformer_lib.marian_files import WEIGHTS_FILES, check_tokenizer_files
 from transformer_lib.marian_files import first_line, load_marian_checked
 from transformer_lib.marian_files import read_json_object
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.model_size import check_model_fits
-from transformer_lib.training.files import atomic_write
+from transformer_lib.files import atomic_write
 from transformer_lib.translation.model_dir import (CONFIG_FILE, TOKENIZER_KIND_FILE,
-                                                   WEIGHTS_FILE, ModelDirError)
+                                                   WEIGHTS_FILE, ModelDirError,
+                                                   save_generation_config)
 
 #: Marian's activation names -> the feed-forward activations of chapter 5
 MARIAN_ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu"}
@@ -225,12 +227,15 @@ class MarianTokenizerAdapter:
 MARIAN_TOKENIZER_DIR = "marian_tokenizer"
 
 
-def save_marian_dir(path, model: Transformer,
-                    tokenizer: MarianTokenizerAdapter) -> Path:
+def save_marian_dir(path, model: Transformer, tokenizer: MarianTokenizerAdapter,
+                    generation: GenerationConfig | None = None) -> Path:
     """Write a converted model to the directory ``path``: ``model.safetensors``,
-    ``marian_tokenizer/``, ``tokenizer_kind.json``, then ``config.json``."""
+    ``marian_tokenizer/``, ``tokenizer_kind.json``, ``generation.json`` (the decoding
+    defaults, when ``generation`` is given), then ``config.json``."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
+    if generation is not None:
+        save_generation_config(path, generation)
     text = json.dumps(model.config.to_dict(), indent=2) + "\n"
     tokenizer.save(path / MARIAN_TOKENIZER_DIR)
     kind = {"kind": tokenizer.kind, "path": MARIAN_TOKENIZER_DIR}
@@ -295,6 +300,42 @@ def _check_marian_source(src: Path) -> Path:
 
 
 # [book/appendix_marian.ipynb, cell 6e0afbdf]
+#: the file in which save_pretrained keeps a model's decoding settings
+HF_GENERATION_FILE = "generation_config.json"
+
+
+def marian_generation_config(src) -> GenerationConfig:
+    """The decoding defaults of the Marian directory ``src``, as ``transformers``'
+    ``generate`` applies them, read from its ``generation_config.json`` (else its
+    ``config.json``): ``num_beams`` > 1 is beam search of that size; ``length_penalty``
+    (default 1.0) is alpha of the power form, log p / n ** alpha (eos counted, the
+    start token not); ``early_stopping`` True stops a sentence at beam_size finished
+    hypotheses ("first_k"), False, generate's default, is the book's rule; a
+    ``max_new_tokens`` or ``max_length`` (less the start token) is one fixed limit
+    (a = 0); without them, the book's 2·S + 10. A value the config cannot hold raises
+    a ValueError naming the file."""
+    src = Path(src)
+    file = src / HF_GENERATION_FILE
+    if not file.is_file():
+        file = src / CONFIG_FILE
+    data = read_json_object(file)
+    settings: dict[str, Any] = {"length_norm": "power"}
+    try:
+        beams = 1 if data.get("num_beams") is None else data["num_beams"]
+        if beams != 1:
+            settings.update(strategy="beam", beam_size=beams)
+        settings["alpha"] = data.get("length_penalty", 1.0)
+        settings["stop"] = "first_k" if data.get("early_stopping") is True else "book"
+        if data.get("max_new_tokens") is not None:
+            settings.update(max_len_a=0.0, max_len_b=data["max_new_tokens"])
+        elif data.get("max_length") is not None:
+            settings.update(max_len_a=0.0, max_len_b=data["max_length"] - 1)
+        return GenerationConfig(**settings)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{file}: decoding settings the book cannot hold "
+                         f"({first_line(exc)})") from None
+
+
 def convert_marian(src, out) -> Path:
     """The ``convert-marian`` command: the Marian directory ``src`` (as
     ``save_pretrained`` writes it) -> the model directory ``out`` (new or empty), read
@@ -313,6 +354,7 @@ def convert_marian(src, out) -> Path:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"--out {out}: exists and is not an empty directory")
     weights = _check_marian_source(src)
+    generation = marian_generation_config(src)
     tokenizer = MarianTokenizerAdapter.load(src)
     model = from_marian(load_marian_checked(src, weights))
     c = model.config
@@ -320,11 +362,12 @@ def convert_marian(src, out) -> Path:
         raise ValueError(f"{src}: the tokenizer has {tokenizer.vocab_size} tokens, the "
                          f"model {c.src_vocab_size} (source), {c.tgt_vocab_size} "
                          "(target)")
-    return save_marian_dir(out, model, tokenizer)
+    return save_marian_dir(out, model, tokenizer, generation)
 
 
 __all__ = [
     'MARIAN_ACTIVATIONS', 'marian_config', 'marian_state_dict', 'from_marian',
     'MarianTokenizerAdapter', 'MARIAN_TOKENIZER_DIR', 'save_marian_dir',
-    'load_marian_dir', 'convert_marian',
+    'load_marian_dir', 'HF_GENERATION_FILE', 'marian_generation_config',
+    'convert_marian',
 ]

@@ -2,7 +2,7 @@
 Extended by book/appendix_marian.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: eb587cb95542c7be
+# digest: bc095c2efb28e67c
 # fmt: off
 
 # [book/09_model.ipynb, cell c85a103b]
@@ -16,18 +16,16 @@ import torch
 from torch import nn
 
 from transformer_lib.checks import check_int, check_token_ids
-from transformer_lib.decoder import Decoder, KVCache, load_torch_decoder
+from transformer_lib.cache import KVCache
+from transformer_lib.decoder import Decoder, load_torch_decoder
 from transformer_lib.embedding import TokenEmbedding
 from transformer_lib.encoder import Encoder, LayerConfig, load_torch_encoder
 from transformer_lib.masks import causal_mask, padding_mask_unchecked
 from transformer_lib.model_size import check_model_fits
 from transformer_lib.positional import PositionalEncoding
+from transformer_lib.positional import POSITIONAL_LAYOUTS, half_layout
 from transformer_lib.torch_weights import DecoderLayerParts, EncoderLayerParts
 from transformer_lib.torch_weights import check_torch_stack, expect_parts, expect_torch
-
-
-# [book/appendix_marian.ipynb, cell 3eacd78c]
-from transformer_lib.positional import POSITIONAL_LAYOUTS, half_layout
 
 
 # [book/09_model.ipynb, cell af55530d]
@@ -105,6 +103,10 @@ class TransformerConfig:
     final_norm: bool | None = None
 
     # [book/appendix_marian.ipynb, cell 33a6284f]
+    positional_layout: str = "interleaved"   # the sinusoids' column order, or "half"
+    output_bias: bool = False                # a bias on the prediction head
+
+    # [book/appendix_marian.ipynb, cell 33a6284f]
     def __post_init__(self) -> None:
         check_transformer_config(self)       # chapter 9's checks, then the new fields'
         if self.positional_layout not in POSITIONAL_LAYOUTS:
@@ -135,10 +137,6 @@ class TransformerConfig:
             raise ValueError(f"unknown TransformerConfig fields: {sorted(unknown)}")
         return cls(**d)
 
-    # [book/appendix_marian.ipynb, cell 33a6284f]
-    positional_layout: str = "interleaved"   # the sinusoids' column order, or "half"
-    output_bias: bool = False                # a bias on the prediction head
-
 
 # [book/09_model.ipynb, cell 0867b346]
 class Transformer(nn.Module):
@@ -148,13 +146,13 @@ class Transformer(nn.Module):
     ``forward(src (B, S), tgt_in (B, T))`` returns logits (B, T, tgt_vocab_size): no
     softmax, which belongs to the loss (training) or to the decoding strategy
     (generation). ``encode`` and ``decode`` split the pass for step-by-step generation,
-    with a :class:`~transformer_lib.decoder.KVCache` from ``new_cache``. Masks are built
+    with a :class:`~transformer_lib.cache.KVCache` from ``new_cache``. Masks are built
     from the ids (``config.pad_id``) on the ids' device.
     """
 
     # [book/appendix_marian.ipynb, cell 714bf34a]
     def __init__(self, config: TransformerConfig):
-        nn.Module.__init__(self)                 # replaces chapter 9's constructor
+        super().__init__()
         missing = [f.name for f in dataclasses.fields(TransformerConfig)
                    if not hasattr(config, f.name) and f.name not in MARIAN_FIELDS]
         if missing:
@@ -232,12 +230,14 @@ class Transformer(nn.Module):
         """
         start, c = 0 if cache is None else cache.length, self.config
         check_ids(tgt_in, "tgt_in", c.tgt_vocab_size, c.max_len, start)
-        return self._decode(tgt_in, memory, src_mask, cache, start)
+        return self.decode_step(tgt_in, memory, src_mask, cache)
 
-    def _decode(self, tgt_in: torch.Tensor, memory: torch.Tensor,
-                src_mask: torch.Tensor | None, cache: KVCache | None,
-                start: int) -> torch.Tensor:
-        T = tgt_in.size(1)
+    def decode_step(self, tgt_in: torch.Tensor, memory: torch.Tensor,
+                    src_mask: torch.Tensor | None = None,
+                    cache: KVCache | None = None) -> torch.Tensor:
+        """:meth:`decode` without its check of the ids: for a decoding loop that feeds
+        the model its own choices, checked once at the door (chapter 11's stepper)."""
+        T, start = tgt_in.size(1), 0 if cache is None else cache.length
         if cache is None:
             tgt_mask = causal_mask(T, device=tgt_in.device)           # (1, 1, T, T)
         elif T == 1:
@@ -264,7 +264,7 @@ class Transformer(nn.Module):
                              f"{src.size(0)} and {tgt_in.size(0)}")
         src_mask = padding_mask_unchecked(src, c.pad_id)             # (B, 1, 1, S)
         memory = self._encode(src, src_mask)                         # (B, S, d_model)
-        return self._decode(tgt_in, memory, src_mask, None, 0)       # (B, T, V)
+        return self.decode_step(tgt_in, memory, src_mask)           # (B, T, V)
 
     @torch.no_grad()
     def attention_weights(self, src: torch.Tensor,

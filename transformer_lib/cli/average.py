@@ -1,81 +1,40 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: f73300af18749463
+# digest: 5295f8459f7dca63
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell bc585d87]
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import re
-import shutil
 from pathlib import Path
 
-import torch
-
 from transformer_lib.model import Transformer
-from transformer_lib.training.averaging import average_state_dicts
+from transformer_lib.training.averaging import RunningMean
+from transformer_lib.training.metrics_log import METRICS_FILE
 from transformer_lib.training.checkpoint import load_checkpoint
-from transformer_lib.training.files import atomic_write, remove_stale_temporaries
+from transformer_lib.training.snapshots import KEPT_DIR, KeepLast, keep_last
+from transformer_lib.training.snapshots import kept_checkpoints
+from transformer_lib.training.snapshots import remove_kept as remove_kept_checkpoints
+from transformer_lib.files import atomic_write
 from transformer_lib.translation.model_dir import (
     CHECKPOINT_FILE, CONFIG_FILE, TOKENIZER_FILE, TOKENIZER_KIND_FILE, TRAINING_FILE,
-    ModelDirError, load_config_and_tokenizer, load_model_dir, save_model_dir)
+    ModelDirError, load_config_and_tokenizer, load_generation_config, load_model_dir,
+    save_generation_config, save_model_dir)
 from transformer_lib.translation.tokenizer import BPETokenizer
 from transformer_lib.cli.common import UsageError, log_line
 from transformer_lib.cli.record import write_run_record
 
-#: the folder of a run's kept checkpoints, their names (checkpoints/step-000600.pt),
-#: and the record of what an averaged model directory averaged
-KEPT_DIR, KEPT_NAME = "checkpoints", re.compile(r"step-(\d+)\.pt")
+#: the record of what an averaged model directory averaged (the kept checkpoints
+#: themselves, checkpoints/step-NNNNNN.pt, are chapter 10's ``keep_last``)
 AVERAGED_FILE = "averaged.json"
 
 
-def kept_checkpoints(run) -> list[tuple[int, Path]]:
-    """(step, file) of each checkpoint the run directory ``run`` keeps, oldest first."""
-    folder = Path(run) / KEPT_DIR
-    names = os.listdir(folder) if folder.is_dir() else []
-    return sorted((int(m.group(1)), folder / name) for name in names
-                  if (m := KEPT_NAME.fullmatch(name)))
-
-
-class CheckpointCopies:
-    """Chapter 10's ``on_checkpoint`` for ``--keep-checkpoints N``: when ``train`` has
-    written checkpoint.pt after a step that is a multiple of ``every`` or the run's
-    ``last``, a copy goes to checkpoints/step-NNNNNN.pt, written atomically; only then
-    are the copies older than the last ``keep`` removed."""
-
-    def __init__(self, run, keep: int, every: int, last: int):
-        self.run, self.keep, self.every, self.last = Path(run), keep, every, last
-
-    def due(self, step: int) -> bool:
-        return step > 0 and (step == self.last or
-                             self.every > 0 and step % self.every == 0)
-
-    def __call__(self, step: int, path: str) -> None:
-        if self.due(step):
-            self.copy(step, Path(path))
-
-    def copy(self, step: int, checkpoint: Path) -> None:
-        folder = self.run / KEPT_DIR
-        folder.mkdir(exist_ok=True)
-        atomic_write(folder / f"step-{step:06d}.pt",
-                     lambda tmp: shutil.copyfile(checkpoint, tmp))
-        for old_step, old in kept_checkpoints(self.run)[:-self.keep]:
-            if old_step != step:
-                old.unlink(missing_ok=True)
-        for name in os.listdir(folder):       # what the copies of killed runs left
-            left = re.fullmatch(r"(step-\d+\.pt)\.tmp\d+(\.\w+)?", name)
-            if left:
-                remove_stale_temporaries(folder / left.group(1))
-
-
 # [book/appendix_cli.ipynb, cell fcd50cf7]
-def keep_checkpoints_option(args, out: Path, steps: int,
-                            rank: int) -> CheckpointCopies | None:
-    """``--keep-checkpoints N`` as the ``on_checkpoint`` of chapter 10's ``train``
+def keep_checkpoints_option(args, out: Path, steps: int, rank: int) -> KeepLast | None:
+    """``--keep-checkpoints N`` as the ``on_checkpoint`` of chapter 10's ``train``:
+    the library's ``keep_last``, which keeps the weights of the last N checkpoints
     (None for N = 0, and on the ranks other than 0, which write no file). A resumed
     run keeps its run's N unless the option is given, and then records the new N in
     training.json for the next resume; a copy that a killed run still owed is made
@@ -91,14 +50,13 @@ def keep_checkpoints_option(args, out: Path, steps: int,
         write_run_record(out, record)
     if not args.keep_checkpoints:
         return None
-    copies = CheckpointCopies(out, args.keep_checkpoints, args.checkpoint_every, steps)
     if args.resume:           # checkpoint.pt written, its copy not: the run was killed
-        done = torch.load(out / CHECKPOINT_FILE, map_location="cpu", weights_only=True,
-                          mmap=True)["step"]
-        owed = copies.due(done) or done == (record or {}).get("steps")
-        if owed and done > 0 and done not in dict(kept_checkpoints(out)):
-            copies.copy(done, out / CHECKPOINT_FILE)
-    return copies
+        last = (record or {}).get("steps")    # the step the earlier command ended at
+        last = last if isinstance(last, int) and last > 0 else None
+        keep_last(args.keep_checkpoints, args.checkpoint_every or last or steps,
+                  last).owed(out / CHECKPOINT_FILE)
+    # --checkpoint-every 0: only the last step's checkpoint is kept (not a Ctrl-C one)
+    return keep_last(args.keep_checkpoints, args.checkpoint_every or steps, steps)
 
 
 def _read_json(file: Path) -> dict | None:
@@ -114,10 +72,7 @@ def _read_json(file: Path) -> dict | None:
 def remove_kept(out: Path) -> None:
     """``--force``: the kept checkpoints and the averaging record of the model that was
     in ``out`` go with it (they would be taken for the new model's)."""
-    for _, file in kept_checkpoints(out):
-        file.unlink()
-    with contextlib.suppress(OSError):
-        (out / KEPT_DIR).rmdir()                   # if nothing else is left in it
+    remove_kept_checkpoints(out)
     (out / AVERAGED_FILE).unlink(missing_ok=True)
 
 
@@ -212,7 +167,7 @@ def _weights(home: Path, file: Path | None, model) -> tuple[dict, int | None]:
     chapter 10's ``load_checkpoint``, or the directory's model.safetensors (its step
     from training.json)."""
     if file is not None:
-        state = load_checkpoint(file, model)
+        state = load_checkpoint(file, model, mmap=True)     # the optimizer is not read
         return state["model"], state["step"]
     step = (_read_json(home / TRAINING_FILE) or {}).get("steps")
     weights = load_model_dir(home, "cpu")[0].state_dict()
@@ -221,8 +176,9 @@ def _weights(home: Path, file: Path | None, model) -> tuple[dict, int | None]:
 
 def run_average(args) -> int:
     """``average``: the mean of the weights of several checkpoints of one model
-    (chapter 10's ``average_state_dicts``), written as a model directory that
-    ``translate`` reads, with averaged.json, which names each input and its step."""
+    (chapter 10's ``RunningMean``: one input in memory at a time), written as a model
+    directory that ``translate`` reads, with averaged.json, which names each input and
+    its step, and the first input's decoding defaults (generation.json)."""
     out = Path(args.out)
     found = _inputs(args)
     _check_average_out(out, found, args.force)
@@ -235,17 +191,18 @@ def run_average(args) -> int:
         if home.resolve() != first.resolve():          # each other directory, once
             _same_model(home, first, config, tokenizer)
     model = Transformer(config)
-    states, inputs = [], []
-    for home, file in found:
+    mean, inputs = RunningMean(), []
+    for home, file in found:                       # one input in memory at a time
         weights, step = _weights(home, file, model)
-        states.append(weights)
+        mean.add(weights, str(file or home))
         inputs.append({"path": str((file or home).resolve()), "step": step})
-    model.load_state_dict(average_state_dicts(states))
+    model.load_state_dict(mean.mean())
     if args.force:                  # the files of the model that was there, if any
-        for name in (CHECKPOINT_FILE, TRAINING_FILE, TOKENIZER_KIND_FILE):
+        for name in (CHECKPOINT_FILE, TRAINING_FILE, TOKENIZER_KIND_FILE, METRICS_FILE):
             (out / name).unlink(missing_ok=True)
         remove_kept(out)
     save_model_dir(out, model, tokenizer)
+    save_generation_config(out, load_generation_config(first))
     text = json.dumps({"averaged": inputs}, indent=2) + "\n"
     atomic_write(out / AVERAGED_FILE, text)
     steps = ", ".join("?" if i["step"] is None else str(i["step"]) for i in inputs)

@@ -1,14 +1,13 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 58d99c831f9c493b
+# digest: 7c87467fe18bafb0
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell 8f7e9b6c]
 from __future__ import annotations
 
 import argparse
-import inspect
 import sys
 import time
 
@@ -20,7 +19,7 @@ from transformer_lib.training.batching import (PadCollate, PairDataset,
                                                TokenBucketSampler)
 from transformer_lib.training.distributed import setup_distributed
 from transformer_lib.training.evaluation import evaluate
-from transformer_lib.translation.translate import translate_lines
+from transformer_lib.decoding.config import GenerationConfig
 
 #: the defaults of the model options of ``train``; they are None when not given, so
 #: that ``--resume`` can tell an option given (and refused if it differs from the run's
@@ -29,13 +28,10 @@ MODEL_DEFAULTS = {"vocab_size": 8000, "d_model": 512, "n_heads": 8, "layers": 6,
                   "d_ff": 2048, "dropout": 0.1, "max_len": 256}
 #: the smallest vocabulary: 256 byte tokens and 4 special tokens
 MIN_VOCAB = 260
-#: the defaults of the decoding options of ``translate``, read from the signature of
-#: chapter 12's translate_lines; the options are None when not given, so that one given
-#: for a decoder that does not use it can be refused
-DECODER_DEFAULTS = {
-    name: parameter.default
-    for name, parameter in inspect.signature(translate_lines).parameters.items()
-    if name in ("length_penalty", "temperature", "top_k", "top_p", "seed")}
+#: the library's decoding defaults (chapter 11's GenerationConfig), which ``translate``
+#: applies when a model directory has no generation.json; its options are None when not
+#: given, so that one given for a decoder that does not use it can be refused
+DECODER_DEFAULTS = GenerationConfig().to_dict()
 
 
 class UsageError(ValueError):

@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: d2252cd1736f7844
+# digest: 5ebb656528320c49
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell c1ea5234]
@@ -13,7 +13,8 @@ import os
 import time
 
 from transformer_lib.checks import check_float, check_int, check_probability
-from transformer_lib.training.precision import PRECISIONS
+from transformer_lib.decoding.config import LENGTH_NORMS, STOP_RULES
+from transformer_lib.precision import PRECISIONS
 from transformer_lib.cli.common import DECODER_DEFAULTS, MIN_VOCAB, MODEL_DEFAULTS
 from transformer_lib.cli.common import Interrupted, OneLineParser, number_option
 from transformer_lib.cli.common import UsageError, log_line
@@ -44,6 +45,7 @@ _count0 = number_option(int, check_int, minimum=0)  # an int >= 0
 _vocab = number_option(int, check_int, minimum=MIN_VOCAB)  # an int >= 260
 _positive = number_option(float, check_float, low=0.0, low_open=True)  # a float > 0
 _real = number_option(float, check_float)  # a finite float
+_factor = number_option(float, check_float, low=0.0)  # a finite float >= 0
 _rate = number_option(float, check_probability, one=False)  # a float in [0, 1)
 _mass = number_option(float, check_probability, zero=False)  # a float in (0, 1]
 
@@ -124,17 +126,36 @@ def _add_translate_parser(sub) -> None:
     add("--model", required=True, metavar="DIR", help="a model directory from 'train' "
         "(--engine ctranslate2: a directory from 'export-ctranslate2')")
     add("--engine", choices=["torch", "packed", "ctranslate2"], default="torch",
-        help="the book's decoders; the same on weights packed for the CPU (the same "
-        "outputs up to near ties: the serving appendix); or CTranslate2 (greedy or "
-        "--beam, on the CPU)")
+        help="the book's decoders, which apply every rule below; the same on weights "
+        "packed for the CPU (the same outputs up to near ties: the serving appendix); "
+        "or CTranslate2, on the CPU: greedy, or beam search with --length-norm power "
+        "(or none) and --stop first_k only, its own rules (others are refused)")
     add("--output", metavar="FILE", help="write here instead of standard output")
     add("--truncate", action="store_true", help="translate the first max_len tokens "
         "of a longer line (default: such a line is an error)")
+    model_s = "default: the model directory's generation.json, else"
+    d = DECODER_DEFAULTS
     how = r.add_mutually_exclusive_group()
-    how.add_argument("--beam", type=_count, default=1, help="beam size (1: greedy)")
+    how.add_argument("--beam-size", "--beam", type=_count, dest="beam_size",
+                     help="K > 1: beam search of K beams; 1: greedy decoding "
+                     f"({model_s} greedy; --beam is its older name)")
     how.add_argument("--sample", action="store_true", help="sample, do not search")
-    add("--length-penalty", type=_real,
-        help="length penalty of beam search, only with --beam > 1")
+    add("--length-norm", choices=LENGTH_NORMS, help="beam search ranks log p / ((5 + "
+        "n) / 6) ** alpha (gnmt, the paper's), log p / n ** alpha (power: Hugging "
+        "Face's, CTranslate2's, Marian's) or log p (none), n the tokens with eos "
+        f"({model_s} {d['length_norm']})")
+    add("--alpha", "--length-penalty", type=_real, dest="alpha",
+        help=f"the alpha of --length-norm ({model_s} {d['alpha']}; --length-penalty "
+        "is its older name)")
+    add("--stop", choices=STOP_RULES, help="beam search ends a sentence once it has K "
+        "finished hypotheses and its best live beam cannot beat the worst (book: "
+        "Hugging Face's early_stopping=False), or at K finished (first_k: "
+        "CTranslate2's, fairseq's, early_stopping=True) "
+        f"({model_s} {d['stop']})")
+    add("--max-len-a", type=_factor, help="the output limit a·S + b for a source of "
+        f"S tokens, at most the model's max_len: a ({model_s} {d['max_len_a']})")
+    add("--max-len-b", type=_count0, help=f"the b of --max-len-a ({model_s} "
+        f"{d['max_len_b']})")
     add("--temperature", type=_positive,
         help="sampling temperature, only with --sample")
     add("--top-k", type=_count0,
@@ -142,8 +163,8 @@ def _add_translate_parser(sub) -> None:
     add("--top-p", type=_mass, help="nucleus sampling, in (0, 1], only with --sample")
     add("--seed", type=int, help="seed of the sampling, only with --sample")
     add("--batch-size", type=_count, default=64, help="sentences decoded together")
-    add("--max-len", type=_count, help="longest translation, at most the model's "
-        "max_len (default: 2 x source + 10)")
+    add("--max-len", type=_count, help="one limit for every line, at most the model's "
+        "max_len: --max-len-a 0 --max-len-b N (default: a·S + b)")
     add("--device", default="auto", help="'auto' (cuda if present), 'cpu', 'cuda', ...")
     add("--precision", choices=[*sorted(PRECISIONS), "int8"], default="fp32",
         help="fp32, autocast to bf16/fp16, or int8 linear layers (CPU only)")
@@ -151,6 +172,7 @@ def _add_translate_parser(sub) -> None:
     r.set_defaults(func=run_translate)
 
 
+# [book/appendix_cli.ipynb, cell 552421a4]
 def run_convert_marian(args) -> int:
     """``convert-marian``: :func:`transformer_lib.marian.convert_marian` (imported here:
     it needs ``transformers``, which nothing else in the tool does)."""

@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: f17e5e4892d0bf05
+# digest: 00f36bcf8d1b344c
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell eb1cc6f2]
@@ -11,10 +11,14 @@ import hashlib
 import json
 from pathlib import Path
 
-import torch
-
-from transformer_lib.training.files import atomic_write
-from transformer_lib.translation.model_dir import TRAINING_FILE, ModelDirError
+from transformer_lib.files import atomic_write
+from transformer_lib.model import TransformerConfig
+from transformer_lib.training.checkpoint import CheckpointError, check_same_run
+from transformer_lib.training.checkpoint import checkpoint_step, load_checkpoint
+from transformer_lib.translation.model_dir import (
+    CHECKPOINT_FILE, CONFIG_FILE, TRAINING_FILE, WEIGHTS_FILE, ModelDirError,
+    check_weights_record, config_differences, load_config_and_tokenizer)
+from transformer_lib.translation.tokenizer import BPETokenizer
 from transformer_lib.cli.common import UsageError
 
 
@@ -31,47 +35,78 @@ def write_run_record(out: Path, record: dict) -> None:
     atomic_write(out / TRAINING_FILE, json.dumps(record, indent=2) + "\n")
 
 
+#: how the resume rule's keys are called on the command line
+RESUME_LABELS = {"corpus": "--train of digest",
+                 "batch_tokens": "--batch-tokens", "seed": "--seed",
+                 "accum_steps": "--accum-steps"}
+
+
+def resume_keys(args, corpus: str) -> dict:
+    """What a run's batches depend on, besides --accum-steps: a resumed run keeps it
+    (chapter 10's ``check_same_run``, which ``train`` applies to the checkpoint)."""
+    return {"corpus": corpus, "batch_tokens": args.batch_tokens, "seed": args.seed}
+
+
 def check_run_record(out: Path, args, corpus: str) -> None:
-    """On ``--resume``: what training.json says about the run must match this command
-    (the batches depend on the corpus, --batch-tokens and --seed); a run without the
-    record is left to chapter 10's check of the batches per epoch."""
+    """On ``--resume``, before the corpus is encoded: the run must be the same run
+    (the library's resume rule, asked of checkpoint.pt, naming this tool's options);
+    the warm-up is the run's unless given."""
+    try:
+        check_same_run(out / CHECKPOINT_FILE, args.accum_steps,
+                       resume_keys(args, corpus), labels=RESUME_LABELS)
+    except FileNotFoundError:               # _check_out and load_resume_setup say so
+        pass
     file = out / TRAINING_FILE
     if not file.is_file():
         return
     try:
         record = json.loads(file.read_text(encoding="utf-8"))
-        saved, saved_corpus = record["args"], record.get("corpus")
+        saved = record["args"]
     except (ValueError, KeyError, TypeError) as exc:
         raise ModelDirError(f"{file}: damaged ({exc})") from None
     except RecursionError:
         raise ModelDirError(f"{file}: damaged (nested too deeply)") from None
-    if saved_corpus is not None and saved_corpus != corpus:
-        raise ModelDirError(f"{file}: the run was trained on another corpus than "
-                            f"--train {' '.join(args.train)}: resume with its own")
-    for name in ("batch_tokens", "accum_steps", "seed"):
-        if name in saved and saved[name] != getattr(args, name):
-            option = "--" + name.replace("_", "-")
-            raise ModelDirError(
-                f"{file}: the run was started with {option} {saved[name]}, this "
-                f"command gives {getattr(args, name)}: resume with the same value")
     if args.warmup is None:
         args.warmup = saved.get("warmup")
 
 
 def check_steps(args, steps: int, checkpoint: Path) -> None:
     """On ``--resume``: the run must be asked for more updates than it has made."""
-    try:                          # already checked by load_resume_setup: a cheap look
-        done = torch.load(checkpoint, map_location="cpu", weights_only=True,
-                          mmap=True)["step"]
-    except Exception:             # (a damaged file: chapter 10's loader says how)
+    try:
+        done = checkpoint_step(checkpoint)
+    except (FileNotFoundError, CheckpointError):   # load_resume_setup says how
         return
-    if isinstance(done, int) and done >= steps:
+    if done >= steps:
         asked = (f"--steps {steps}" if args.steps else
                  f"--epochs {args.epochs} ({steps} steps)" if args.epochs else
                  f"the default {steps} steps")
         raise UsageError(f"{asked}: the run in {args.out} has already made {done} "
                          "updates, so nothing would be trained: ask for more to "
                          "continue it")
+
+
+# [book/appendix_cli.ipynb, cell 8b72a087]
+def load_resume_setup(path) -> tuple[TransformerConfig, BPETokenizer]:
+    """The config and tokenizer to resume the run of the model directory ``path``:
+    ``config.json`` and ``tokenizer.json`` checked against ``checkpoint.pt`` (the
+    config field by field, the tokenizer's size) and, when present, against the
+    record in ``model.safetensors``. A difference raises :class:`ModelDirError`, a
+    damaged checkpoint a ``CheckpointError``, each naming the file."""
+    path = Path(path)
+    checkpoint = path / CHECKPOINT_FILE
+    if not checkpoint.exists():          # a damaged one: load_checkpoint says how
+        raise ModelDirError(f"{path}: nothing to resume (no {CHECKPOINT_FILE})")
+    config, tokenizer = load_config_and_tokenizer(path)
+    if not isinstance(tokenizer, BPETokenizer):    # a converted model: not trained here
+        raise ModelDirError(f"{path}: its tokenizer is not a BPETokenizer: only a run "
+                            "of the train command can be resumed")
+    stored = load_checkpoint(checkpoint).get("config")
+    if isinstance(stored, dict):
+        config_differences(path / CONFIG_FILE, config, stored,
+                           f"the {CHECKPOINT_FILE}")
+    if (path / WEIGHTS_FILE).is_file():
+        check_weights_record(path, config, path / WEIGHTS_FILE)
+    return config, tokenizer
 
 
 __all__ = []

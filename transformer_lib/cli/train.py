@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 451bd3dd76f69ab4
+# digest: 1cd761d481fd7a4a
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell cli-train-imports]
@@ -16,29 +16,33 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
+from transformer_lib.decoding.config import GenerationConfig
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.model_size import ModelTooLargeError, check_model_fits
 from transformer_lib.training.distributed import cleanup_distributed
+from transformer_lib.training.config import TrainConfig
 from transformer_lib.training.loop import train
+from transformer_lib.training.metrics_log import METRICS_FILE
 from transformer_lib.training.loss import LabelSmoothingLoss
 from transformer_lib.training.schedule import noam_optimizer
 from transformer_lib.translation.corpus import read_parallel
 from transformer_lib.translation.model_dir import (
-    CHECKPOINT_FILE, CONFIG_FILE, TOKENIZER_FILE, TRAINING_FILE, WEIGHTS_FILE,
-    ModelDirError, load_config_and_tokenizer, load_resume_setup,
-    save_config_and_tokenizer, save_model_dir)
+    CHECKPOINT_FILE, CONFIG_FILE, GENERATION_FILE, TOKENIZER_FILE, TRAINING_FILE,
+    WEIGHTS_FILE, ModelDirError, load_config_and_tokenizer,
+    save_config_and_tokenizer, save_generation_config, save_model_dir)
 from transformer_lib.translation.tokenizer import BPETokenizer, encode_pairs
 from transformer_lib.cli.common import MODEL_DEFAULTS, Interrupted, UsageError
 from transformer_lib.cli.common import bucket_loader, log_line, start_processes
 from transformer_lib.cli.common import Progress
 from transformer_lib.cli.record import check_run_record, check_steps, fingerprint
+from transformer_lib.cli.record import load_resume_setup, resume_keys
 from transformer_lib.cli.record import write_run_record
 from transformer_lib.cli.average import keep_checkpoints_option, remove_kept
 
 
 # [book/appendix_cli.ipynb, cell f2e925ab]
 MODEL_FILES = (CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, CHECKPOINT_FILE,
-               TRAINING_FILE)
+               TRAINING_FILE, GENERATION_FILE, METRICS_FILE)
 
 
 def _check_out(out: Path, resume: bool, force: bool, rank: int) -> None:
@@ -218,7 +222,9 @@ def _fit(*args, **kwargs):
     """chapter 10's ``train`` without its own progress bar; a loss that turns
     non-finite also says how to continue with the tool."""
     try:
-        return train(*args, progress=False, **kwargs)
+        model, loader, optimizer, scheduler, loss_fn = args
+        config = TrainConfig(progress=False, **kwargs)
+        return train(model, loader, optimizer, scheduler, loss_fn, config=config)
     except FloatingPointError as exc:          # chapter 10's NonFiniteError
         raise ValueError(f"{exc}; with this tool: --resume, with a smaller "
                          "--lr-factor or a longer --warmup") from None
@@ -285,8 +291,8 @@ def _train(args, rank: int, world: int, device: torch.device) -> int:
                        checkpoint_path=str(checkpoint),
                        checkpoint_every=args.checkpoint_every, on_checkpoint=keep,
                        resume_from=str(checkpoint) if args.resume else None,
-                       resume_keys={"corpus": corpus, "batch_tokens": args.batch_tokens,
-                                    "seed": args.seed})
+                       resume_keys=resume_keys(args, corpus),
+                       metrics_path=str(out / METRICS_FILE))
     except KeyboardInterrupt as exc:
         raise _interrupted(exc, _where_saved(checkpoint, scheduler.last_epoch,
                                              args.resume)) from None
@@ -298,6 +304,7 @@ def _train(args, rank: int, world: int, device: torch.device) -> int:
         save_model_dir(out, model.cpu(), tokenizer, args=record, corpus=corpus,
                        steps=history.last_step, loss=loss, val_loss=val_loss,
                        world_size=world)
+        save_generation_config(out, GenerationConfig())  # the paper's: GNMT, 0.6
     shown = (("train", loss), ("valid", val_loss))
     losses = "".join(f", {k} loss {v:.3f}" for k, v in shown if v is not None)
     say(f"step {history.last_step}/{steps}{losses}; {history.seconds:.1f} s; "

@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: f4d231c755855a33
+# digest: a476fd19ea226a4c
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell 5b80d677]
@@ -13,8 +13,10 @@ from pathlib import Path
 
 import torch
 
+from transformer_lib.decoding.config import STRATEGY_SETTINGS, GenerationConfig
+from transformer_lib.translation.model_dir import load_generation_config
 from transformer_lib.translation.translate import translate_lines
-from transformer_lib.cli.common import DECODER_DEFAULTS, UsageError
+from transformer_lib.cli.common import UsageError
 from transformer_lib.cli.common import log_line
 from transformer_lib.cli.serve import load_engine, torch_model, translate_engine
 
@@ -49,20 +51,43 @@ def _read_inputs(inputs) -> list[tuple[str, int, str]]:
     return lines
 
 
-def _sampling_options(args) -> dict:
-    """The decoder's options that were given (the others keep translate_lines'
-    defaults); one given for another decoder is a usage error."""
-    given = {name: getattr(args, name) for name in DECODER_DEFAULTS
+# [book/appendix_cli.ipynb, cell f1886270]
+#: the options of ``translate`` that set a GenerationConfig field of the same name
+DECODING_OPTIONS = ("length_norm", "alpha", "stop", "max_len_a", "max_len_b",
+                    "temperature", "top_k", "top_p", "seed")
+_WHERE = {"beam": "beam search (--beam-size K > 1, or a model directory whose "
+          "generation.json says beam)", "sample": "--sample"}
+
+
+def generation_config(args) -> GenerationConfig:
+    """The decoding settings of ``translate``: the model directory's defaults (its
+    generation.json, else the library's), with the options given in their place
+    (``--sample``, ``--beam-size K``: the strategy). An option the decoder would ignore
+    is a usage error, as is ``--max-len`` with ``--max-len-a``/``-b``."""
+    config = load_generation_config(args.model)
+    given = {name: getattr(args, name) for name in DECODING_OPTIONS
              if getattr(args, name) is not None}
-    unused = [f"--{name.replace('_', '-')}" for name in given
-              if name != "length_penalty"]
-    if unused and not args.sample:
-        raise UsageError(f"{', '.join(unused)}: only with --sample (without it, "
-                         "ignored)")
-    if "length_penalty" in given and args.beam == 1:
-        raise UsageError("--length-penalty: only with --beam K > 1 (without it, "
-                         "ignored)")
-    return given
+    strategy = config.strategy
+    if args.sample:
+        strategy = "sample"
+    elif args.beam_size is not None:
+        strategy = "beam" if args.beam_size > 1 else "greedy"
+        if args.beam_size > 1:
+            given["beam_size"] = args.beam_size
+    if args.max_len is not None:
+        if {"max_len_a", "max_len_b"} & given.keys():
+            raise UsageError("--max-len: one fixed limit, not with --max-len-a or "
+                             "--max-len-b")
+        given.update(max_len_a=0.0, max_len_b=args.max_len)
+    for name in given:
+        owner = next((s for s, names in STRATEGY_SETTINGS.items() if name in names),
+                     strategy)
+        if owner != strategy:
+            option = "--alpha/--length-penalty" if name == "alpha" else \
+                f"--{name.replace('_', '-')}"
+            raise UsageError(f"{option}: only with {_WHERE[owner]} (without it, "
+                             "ignored)")
+    return config.replace(strategy=strategy, **given)
 
 
 # [book/appendix_cli.ipynb, cell ddf2c589]
@@ -83,7 +108,7 @@ def _long_line_hook(lines, max_len: int, truncate: bool, say):
 def run_translate(args) -> int:
     """``translate``: load the model directory (or, with ``--engine ctranslate2``, the
     export), translate every input line, write one line each."""
-    options = _sampling_options(args)
+    generation = generation_config(args)
     if not args.output and sys.stdout is None:       # started with >&-
         raise ValueError("standard output is closed: pass --output FILE")
     if args.threads:
@@ -102,14 +127,13 @@ def run_translate(args) -> int:
     texts = [text for _, _, text in lines]
     hook = _long_line_hook(lines, limit, args.truncate, log_line)
     if args.engine == "ctranslate2":
-        translations = translate_engine(engine, texts, args.beam, args.batch_size,
-                                        args.max_len, hook, **options)
+        translations = translate_engine(engine, texts, generation, args.batch_size,
+                                        hook)
     else:
         precision = "fp32" if args.precision == "int8" else args.precision
         translations = translate_lines(
-            model, tokenizer, texts, beam=args.beam, sampling=args.sample,
-            batch_size=args.batch_size, max_len=args.max_len, precision=precision,
-            on_too_long=hook, **options)
+            model, tokenizer, texts, generation, batch_size=args.batch_size,
+            precision=precision, on_too_long=hook)
     text = "".join(_one_line(t) + "\n" for t in translations)
     if args.output:
         try:
@@ -132,4 +156,4 @@ def _one_line(text: str) -> str:
                    for ch in text)
 
 
-__all__ = ['run_translate']
+__all__ = ['DECODING_OPTIONS', 'generation_config', 'run_translate']

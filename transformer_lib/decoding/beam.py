@@ -1,7 +1,7 @@
 """Generated from book/11_decoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 766012183e8bcabd
+# digest: 9ca684e753c301bf
 # fmt: off
 
 # [book/11_decoding.ipynb, cell 93fe1f50]
@@ -13,13 +13,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from transformer_lib.checks import check_float, check_int
-from transformer_lib.decoding.greedy import DecodingConfig, Seq2SeqModel
+from transformer_lib.checks import check_int
+from transformer_lib.decoding.config import LENGTH_NORMS, GenerationConfig
+from transformer_lib.decoding.greedy import DecodableModelConfig, Seq2SeqModel
 from transformer_lib.decoding.greedy import make_stepper
 from transformer_lib.decoding.greedy import check_decoding, decoding_mode
-from transformer_lib.decoding.greedy import default_max_len
-
-_LENGTH_NORMS = ("gnmt", "power")
 
 
 def length_penalty_factor(length: int | torch.Tensor, alpha: float, norm: str = "gnmt"):
@@ -29,13 +27,16 @@ def length_penalty_factor(length: int | torch.Tensor, alpha: float, norm: str = 
     (beam_search's ``count_bos=True`` adds one). ``norm="gnmt"``: ((5 + length) / 6) **
     alpha, Wu et al. (2016), the penalty the Transformer paper used with alpha = 0.6.
     ``norm="power"``: length ** alpha, the plain power form. alpha = 0 gives 1 for
-    both: raw log-probabilities, which favour short outputs.
+    both: raw log-probabilities, which favour short outputs; so does ``norm="none"``.
     """
     if norm == "gnmt":
         return ((5.0 + length) / 6.0) ** alpha
     if norm == "power":
         return length ** alpha
-    raise ValueError(f"length_norm must be one of {_LENGTH_NORMS}, got {norm!r}")
+    if norm == "none":
+        return 1.0
+    raise ValueError(f"length_norm must be one of {', '.join(LENGTH_NORMS)}; got "
+                     f"{norm!r}")
 
 
 # [book/11_decoding.ipynb, cell 6c7932a2]
@@ -45,7 +46,7 @@ class _Beams:
     sentence's k best finished hypotheses, best first (-inf: an empty place, all pad);
     done (B,). ``score(logp, t)`` applies the length penalty of t generated tokens."""
 
-    def __init__(self, config: DecodingConfig, B: int, k: int, max_len: int,
+    def __init__(self, config: DecodableModelConfig, B: int, k: int, max_len: int,
                  score: Callable[[torch.Tensor, int], torch.Tensor],
                  device: torch.device):
         self.B, self.k, self.n, self.score = B, k, 1, score
@@ -98,13 +99,13 @@ class _Beams:
         return index
 
     # [book/11_decoding.ipynb, cell fbc21268]
-    def stop(self, t: int, early_stopping: bool,
+    def stop(self, t: int, first_k: bool,
              out_of_room: torch.Tensor | None = None) -> bool:
         """Mark the sentences that are done after t generated tokens; True when all are.
         ``out_of_room`` (B,): the sentences whose limit is t, closed after the rule. The
         one value a step reads back from the device."""
         worst = self.fin_scores[:, -1]                                     # (B,)
-        if early_stopping:                         # k finished (fairseq's rule)
+        if first_k:                                # k finished (fairseq's rule)
             self.done |= torch.isfinite(worst)
         else:                                      # and no live beam scores better
             self.done |= worst >= self.score(self.live_logp[:, 0], t)
@@ -147,11 +148,11 @@ def check_beam_size(config: Any, beam_size: Any, name: str = "beam_size") -> int
 
 
 # [book/11_decoding.ipynb, cell 598b5449]
-def beam_search(model: Seq2SeqModel, src: torch.Tensor, beam_size: int = 4,
-                max_len: int | None = None, length_penalty: float = 0.6,
-                use_cache: bool = True, *, length_norm: str = "gnmt",
-                count_bos: bool = False, early_stopping: bool = False,
-                n_best: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def beam_search(model: Seq2SeqModel, src: torch.Tensor, beam_size: int | None = None,
+                max_len: int | None = None, *, config: GenerationConfig | None = None,
+                use_cache: bool = True, count_bos: bool = False,
+                n_best: int | None = None,
+                **settings: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """Beam search over a batch: B sentences × beam_size beams run as one batch.
 
     src (B, S) -> ``(ids, scores)``: ids (B, T), the best hypothesis of each sentence,
@@ -159,59 +160,57 @@ def beam_search(model: Seq2SeqModel, src: torch.Tensor, beam_size: int = 4,
     ``n_best=n`` (1 <= n <= beam_size), ids (B, n, T) and scores (B, n), the n best of
     each sentence, best first. Always the pair, whatever ``n_best``.
 
+    The settings come from ``config`` (a :class:`GenerationConfig`; None: the
+    defaults, beam_size 4, GNMT with alpha 0.6, the book's stopping rule); keywords
+    given (``beam_size``, ``max_len`` or ``max_len_a``/``max_len_b``, ``length_norm``,
+    ``alpha``, ``stop``; the older ``length_penalty`` is ``alpha``, and
+    ``early_stopping=True`` is ``stop="first_k"``) replace its fields.
+
     * Score of a finished hypothesis: its log-probability divided by
-      :func:`length_penalty_factor` (alpha = ``length_penalty``, ``length_norm`` "gnmt"
-      or "power"; the length counts eos, and bos only with ``count_bos=True``).
+      :func:`length_penalty_factor` (``alpha``, ``length_norm``; the length counts
+      eos, and bos only with ``count_bos=True``).
     * The first step expands one beam per sentence, not beam_size copies of it. Each
       step ranks the 2·beam_size best continuations; one that ends in eos and ranks
       among the first beam_size is finished (never extended); the beam_size best that
       do not end in eos are the new beams.
-    * A sentence is done when it has beam_size finished hypotheses and its best live
-      beam, scored at its current length, does not beat the worst of them (exact for
-      alpha = 0, a heuristic for alpha > 0); with ``early_stopping=True``, as soon as
-      it has beam_size finished (fairseq's rule). After
-      ``max_len`` new tokens the live beams join the finished ones. beam_size = 1 is
-      greedy decoding.
+    * ``stop="book"``: a sentence is done when it has beam_size finished hypotheses and
+      its best live beam, scored at its current length, does not beat the worst of
+      them (exact for alpha = 0, a heuristic for alpha > 0); ``stop="first_k"``: as
+      soon as it has beam_size finished (fairseq's rule). After its limit (``max_len``,
+      or ``config.limits``, 2·S + 10 by default, S its own length, pad not counted)
+      the live beams join the finished ones. beam_size = 1 is greedy decoding.
 
-    ``max_len`` defaults to :func:`default_max_len` for each sentence,
-    min(config.max_len, 2·S + 10), S its own length (pad not counted), not its batch's:
-    a sentence's output does not depend on the batch it is in (one read-back before the
-    loop). pad and bos are never generated; eval mode and no gradients while decoding,
-    as in :func:`greedy_decode`. ``model``: anything with the members of
+    A sentence's output does not depend on the batch it is in (one read-back before
+    the loop). pad and bos are never generated; eval mode and no gradients while
+    decoding, as in :func:`greedy_decode`. ``model``: anything with the members of
     :class:`Seq2SeqModel`.
     """
-    src, max_len = check_decoding(model, src, max_len)
-    k = check_beam_size(model.config, beam_size)
-    alpha = check_float(length_penalty, "length_penalty")
-    length_penalty_factor(1, 0.0, length_norm)                     # checks the name
+    src, config = check_decoding(model, src, "beam", config,
+                                 {**settings, "beam_size": beam_size,
+                                  "max_len": max_len})
+    k = check_beam_size(model.config, config.beam_size)
     if n_best is not None and check_int(n_best, "n_best") > k:
         raise ValueError(f"n_best must be None or an int in [1, beam_size={k}], "
                          f"got {n_best!r}")
-    return beam_search_unchecked(model, src, k, max_len, alpha, bool(use_cache),
-                                 length_norm=length_norm, count_bos=bool(count_bos),
-                                 early_stopping=bool(early_stopping), n_best=n_best)
+    return beam_search_unchecked(model, src, config, bool(use_cache),
+                                 count_bos=bool(count_bos), n_best=n_best)
 
 
 # [book/11_decoding.ipynb, cell e869728c]
-def beam_search_unchecked(model: Seq2SeqModel, src: torch.Tensor, beam_size: int,
-                          max_len: int | None, length_penalty: float,
-                          use_cache: bool = True, *, length_norm: str = "gnmt",
-                          count_bos: bool = False, early_stopping: bool = False,
-                          n_best: int | None = None
+def beam_search_unchecked(model: Seq2SeqModel, src: torch.Tensor,
+                          config: GenerationConfig, use_cache: bool = True, *,
+                          count_bos: bool = False, n_best: int | None = None
                           ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`beam_search` without the checks (made once by the caller): src checked
-    and on the model's device, max_len a checked int or None."""
-    c, k, alpha = model.config, beam_size, length_penalty
-    if max_len is None:                  # each sentence its own limit: 2·S + 10
-        limit = default_max_len((src != c.pad_id).sum(dim=1), c.max_len)  # (B,)
-        ends = set(limit.tolist())                # the steps where some run out of room
-        max_len = max(ends)
-    else:
-        limit = torch.full((src.size(0),), max_len, device=src.device)
-        ends = {max_len}
+    and on the model's device, ``config`` a GenerationConfig whose beam_size fits the
+    model."""
+    c, k, alpha, norm = model.config, config.beam_size, config.alpha, config.length_norm
+    limit = config.limits((src != c.pad_id).sum(dim=1), c.max_len)       # (B,)
+    ends = set(limit.tolist())                # the steps where some run out of room
+    max_len, first_k = max(ends), config.stop == "first_k"
 
     def score(logp: torch.Tensor, t: int) -> torch.Tensor:        # t generated tokens
-        return logp / length_penalty_factor(t + int(count_bos), alpha, length_norm)
+        return logp / length_penalty_factor(t + int(count_bos), alpha, norm)
 
     with decoding_mode(model):
         stepper = make_stepper(model, src, use_cache, max_len)
@@ -224,7 +223,7 @@ def beam_search_unchecked(model: Seq2SeqModel, src: torch.Tensor, beam_size: int
             (stepper.reorder if t == 1 else within)(index)    # B rows -> B·k at t = 1
             # out of room: the sentences whose limit is t (known on the host)
             out_of_room = limit == t if t in ends else None
-            if beams.stop(t, early_stopping, out_of_room):   # the step's one sync
+            if beams.stop(t, first_k, out_of_room):            # the step's one sync
                 break
     return beams.best(n_best)
 

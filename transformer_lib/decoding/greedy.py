@@ -1,7 +1,7 @@
 """Generated from book/11_decoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: f286227a1a4394a8
+# digest: 293ea7e51f3e076c
 # fmt: off
 
 # [book/11_decoding.ipynb, cell 5814e656]
@@ -14,15 +14,16 @@ from typing import Any, Protocol
 import torch
 
 from transformer_lib.checks import check_int, check_token_ids
-from transformer_lib.decoder import KVCache
+from transformer_lib.cache import KVCache
 from transformer_lib.masks import padding_mask
 from transformer_lib.model import Transformer, check_ids
-from transformer_lib.training.evaluation import (check_seq2seq, decode_loop,
-                                                 forbid_specials)
+from transformer_lib.decoding.loop import check_seq2seq, decode_loop, forbid_specials
+from transformer_lib.decoding.config import GenerationConfig, resolve_config
 
 
-class DecodingConfig(Protocol):
-    """What the decoders read from ``model.config``."""
+class DecodableModelConfig(Protocol):
+    """The model fields decoding needs: what the decoders read from ``model.config``
+    (the decoding settings are a :class:`GenerationConfig`)."""
 
     src_vocab_size: int
     tgt_vocab_size: int
@@ -39,7 +40,7 @@ class Seq2SeqModel(Protocol):
     model may instead bring its own stepper (see :func:`make_stepper`)."""
 
     @property
-    def config(self) -> DecodingConfig: ...
+    def config(self) -> DecodableModelConfig: ...
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor: ...
 
@@ -110,22 +111,37 @@ def check_max_len(model: Seq2SeqModel, max_len: Any) -> int:
 def default_max_len(src_lengths: torch.Tensor,
                     limit: int | None = None) -> torch.Tensor:
     """Each sentence's default output length, the most tokens to generate after bos:
-    ``2·S + 10`` for a source of S tokens (pad not counted), capped at ``limit`` (the
-    model's ``config.max_len``). src_lengths (B,) -> (B,). The one place of the rule:
-    a sentence's limit depends on its own length, not on its batch's."""
-    lengths = 2 * src_lengths + 10
-    return lengths if limit is None else lengths.clamp(max=limit)
+    :meth:`GenerationConfig.limits` of the defaults, ``2·S + 10`` for a source of S
+    tokens (pad not counted), capped at ``limit`` (the model's ``config.max_len``).
+    src_lengths (B,) -> (B,)."""
+    return GenerationConfig().limits(src_lengths, limit)
 
 
-def check_decoding(model: Any, src: Any,
-                   max_len: Any) -> tuple[torch.Tensor, int | None]:
+def check_settings(model: Any, strategy: str | None, config: Any,
+                   settings: dict[str, Any]) -> GenerationConfig:
+    """The decoding settings of a call: ``config`` with the keyword ``settings`` given
+    (:func:`resolve_config`). ``max_len``, a fixed limit, is checked against the model
+    (:func:`check_max_len`) and stands for ``max_len_a=0, max_len_b=max_len``."""
+    settings = dict(settings)
+    max_len = settings.pop("max_len", None)
+    if max_len is not None:
+        given = {name for name, value in settings.items() if value is not None}
+        if given & {"max_len_a", "max_len_b"}:
+            raise ValueError("max_len: give a fixed max_len or max_len_a and "
+                             "max_len_b, not both")
+        settings.update(max_len_a=0.0, max_len_b=check_max_len(model, max_len))
+    return resolve_config(config, strategy, settings)
+
+
+def check_decoding(model: Any, src: Any, strategy: str | None = None,
+                   config: Any = None, settings: dict[str, Any] | None = None
+                   ) -> tuple[torch.Tensor, GenerationConfig]:
     """The checks every public decoder makes at its door: :func:`check_model`,
-    :func:`check_src` and, unless it is None (each sentence's own
-    :func:`default_max_len`), :func:`check_max_len`. -> (src on the model's device,
-    max_len)."""
+    :func:`check_src` and the settings (:func:`check_settings`). -> (src on the
+    model's device, the GenerationConfig of the call)."""
     check_model(model)
     src = check_src(model, src)
-    return src, None if max_len is None else check_max_len(model, max_len)
+    return src, check_settings(model, strategy, config, settings or {})
 
 
 # [book/11_decoding.ipynb, cell d985ab8c]
@@ -171,7 +187,7 @@ class Stepper:
         reserve = getattr(self.cache, "reserve", None)
         if max_len is not None and callable(reserve):
             reserve(max_len)                          # static: written in place
-        self.fast = model._decode if isinstance(model, Transformer) else None
+        self.fast = model.decode_step if isinstance(model, Transformer) else None
 
     def step(self, ys: torch.Tensor) -> torch.Tensor:
         """Prefixes ys (N, t), bos first -> the next token's logits (N, V)."""
@@ -180,7 +196,7 @@ class Stepper:
             raise RuntimeError("KV cache out of step with the prefix")
         new = ys if self.cache is None else ys[:, -1:]          # (N, t) or (N, 1)
         if self.fast is not None:                               # checked at the door
-            logits = self.fast(new, self.memory, self.src_mask, self.cache, start)
+            logits = self.fast(new, self.memory, self.src_mask, self.cache)
         elif self.cache is None:
             logits = self.model.decode(new, self.memory, self.src_mask)
         else:
@@ -229,49 +245,51 @@ def start_decoding(model: Seq2SeqModel, src: torch.Tensor,
 
 # [book/11_decoding.ipynb, cell c66b2792]
 def greedy_decode(model: Seq2SeqModel, src: torch.Tensor, max_len: int | None = None,
-                  use_cache: bool = True) -> torch.Tensor:
+                  use_cache: bool = True, *, config: GenerationConfig | None = None,
+                  **settings: Any) -> torch.Tensor:
     """Greedy decoding of a batch: each sentence takes its most probable next token.
 
     src (B, S) -> ids (B, T), T <= max_len + 1: bos, then at most ``max_len`` tokens
-    (None: each sentence its own :func:`default_max_len`, ``2·S + 10``); a sentence is
-    padded (pad_id) after its eos, and the loop stops when all have one.
+    (None: each sentence its own limit, ``config.limits``, 2·S + 10 by default); a
+    sentence is padded (pad_id) after its eos, and the loop stops when all have one.
+    ``config``: a :class:`GenerationConfig` (None: the defaults); keywords given, of its
+    limit fields (``max_len_a``, ``max_len_b``), replace its fields.
     pad and bos are never generated. The model runs in eval mode without gradients (its
     mode is restored after); ``src`` is moved to the model's device. ``use_cache=False``
     recomputes the whole prefix at every step: the same tokens, more slowly. ``model``:
     anything with the members of :class:`Seq2SeqModel`.
     """
-    src, max_len = check_decoding(model, src, max_len)
-    return decode_unchecked(model, src, max_len, None, bool(use_cache))
+    src, config = check_decoding(model, src, "greedy", config,
+                                 {**settings, "max_len": max_len})
+    return decode_unchecked(model, src, config, None, bool(use_cache))
 
 
 def decode_with(model: Seq2SeqModel, src: torch.Tensor, max_len: int | None,
                 choose: Callable[[torch.Tensor], torch.Tensor],
                 use_cache: bool = True) -> torch.Tensor:
-    """Chapter 10's loop (``decode_loop`` of ``transformer_lib.training.evaluation``) on
+    """Chapter 10's loop (``decode_loop`` of ``transformer_lib.decoding.loop``) on
     a cached stepper, with another rule for the next token: at each step ``choose``
     turns the next-token logits (B, V) into the next tokens (B,) (the argmax is
     :func:`greedy_decode`; a draw, :func:`~transformer_lib.decoding.sampling.sample`).
     Checks model, src and max_len (:func:`check_decoding`); the output is laid out as
     greedy_decode's."""
-    src, max_len = check_decoding(model, src, max_len)
+    src, config = check_decoding(model, src, "greedy", None, {"max_len": max_len})
     if not callable(choose):
         raise TypeError(f"choose must be a function of the logits, got {choose!r}")
-    return decode_unchecked(model, src, max_len, choose, bool(use_cache))
+    return decode_unchecked(model, src, config, choose, bool(use_cache))
 
 
 # [book/11_decoding.ipynb, cell 967cfcce]
-def decode_unchecked(model: Seq2SeqModel, src: torch.Tensor, max_len: int | None,
+def decode_unchecked(model: Seq2SeqModel, src: torch.Tensor, config: GenerationConfig,
                      choose: Callable[[torch.Tensor], torch.Tensor] | None = None,
                      use_cache: bool = True) -> torch.Tensor:
     """:func:`decode_with` without the checks (made once by the caller): src checked
-    and on the model's device, max_len a checked int or None (each sentence's own
-    :func:`default_max_len`: one read-back before the loop). ``choose`` None: the
+    and on the model's device, ``config`` a GenerationConfig (each sentence's limit
+    from its ``limits``: one read-back before the loop). ``choose`` None: the
     argmax."""
     c = model.config
-    limits = None
-    if max_len is None:                  # each sentence its own limit: 2·S + 10
-        limits = default_max_len((src != c.pad_id).sum(dim=1), c.max_len)  # (B,)
-        max_len = int(limits.max())
+    limits = config.limits((src != c.pad_id).sum(dim=1), c.max_len)          # (B,)
+    max_len = int(limits.max())
     with decoding_mode(model):
         stepper = make_stepper(model, src, use_cache, max_len)
         ys = torch.full((src.size(0), 1), c.bos_id, dtype=torch.long,
@@ -333,7 +351,8 @@ def token_scores(model: Seq2SeqModel, src: torch.Tensor,
 
 
 __all__ = [
-    'DecodingConfig', 'Seq2SeqModel', 'DecodingStepper', 'check_model', 'check_src',
-    'check_max_len', 'default_max_len', 'check_decoding', 'decoding_mode', 'Stepper',
-    'make_stepper', 'start_decoding', 'greedy_decode', 'decode_with', 'token_scores',
+    'DecodableModelConfig', 'Seq2SeqModel', 'DecodingStepper', 'check_model',
+    'check_src', 'check_max_len', 'default_max_len', 'check_settings', 'check_decoding',
+    'decoding_mode', 'Stepper', 'make_stepper', 'start_decoding', 'greedy_decode',
+    'decode_with', 'token_scores',
 ]

@@ -1,7 +1,7 @@
 """Generated from book/11_decoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: f279e0d48b71872e
+# digest: 6717ac2956f1e121
 # fmt: off
 
 # [book/11_decoding.ipynb, cell 7ceb45cb]
@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from transformer_lib.checks import check_float, check_int, check_probability
+from transformer_lib.decoding.config import GenerationConfig
 from transformer_lib.decoding.greedy import Seq2SeqModel, check_decoding
 from transformer_lib.decoding.greedy import decode_unchecked
 
@@ -77,43 +78,48 @@ def check_sampling(temperature: Any, top_k: Any,
 
 
 # [book/11_decoding.ipynb, cell c131d097]
-def sample(model: Seq2SeqModel, src: torch.Tensor, max_len: int | None = None,
-           temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-           generator: torch.Generator | None = None,
-           use_cache: bool = True) -> torch.Tensor:
+def sample(model: Seq2SeqModel, src: torch.Tensor, max_len: int | None = None, *,
+           config: GenerationConfig | None = None,
+           generator: torch.Generator | None = None, use_cache: bool = True,
+           **settings: Any) -> torch.Tensor:
     """Sampling of a batch: at every step each sentence draws its next token from
     :func:`sampling_distribution` (temperature, then top-k, then top-p) of the model's
     logits.
 
     src (B, S) -> ids (B, T), laid out as :func:`greedy_decode`'s output (``max_len``
-    None: each sentence's own ``default_max_len``). Pass a ``torch.Generator`` on the
-    model's device for reproducible draws: the same generator state gives the same
-    output, with or without the cache. pad and bos are never generated. ``model`` is
-    any object with the members of :class:`Seq2SeqModel`.
+    None: each sentence its own limit, ``config.limits``). The settings come from
+    ``config`` (a :class:`GenerationConfig`; None: the defaults); keywords given
+    (``temperature``, ``top_k``, ``top_p``, ``seed``, the limit's) replace its fields.
+    The draws come from ``generator`` (a ``torch.Generator`` on the model's device),
+    or without one from a new generator seeded with ``config.seed``: the same seed or
+    generator state gives the same output, with or without the cache. pad and bos are
+    never generated. ``model`` is any object with the members of :class:`Seq2SeqModel`.
     """
-    knobs = check_sampling(temperature, top_k, top_p)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, "
                         f"got {type(generator).__name__}")
-    src, max_len = check_decoding(model, src, max_len)
-    return sample_unchecked(model, src, max_len, *knobs, generator=generator,
+    src, config = check_decoding(model, src, "sample", config,
+                                 {**settings, "max_len": max_len})
+    return sample_unchecked(model, src, config, generator=generator,
                             use_cache=bool(use_cache))
 
 
 # [book/11_decoding.ipynb, cell 9cfd68c2]
-def sample_unchecked(model: Seq2SeqModel, src: torch.Tensor, max_len: int | None,
-                     temperature: float, top_k: int, top_p: float, *,
-                     generator: torch.Generator | None = None,
+def sample_unchecked(model: Seq2SeqModel, src: torch.Tensor, config: GenerationConfig,
+                     *, generator: torch.Generator | None = None,
                      use_cache: bool = True) -> torch.Tensor:
     """:func:`sample` without the checks (made once by the caller)."""
+    if generator is None:
+        generator = torch.Generator(device=src.device).manual_seed(config.seed)
+    knobs = config.temperature, config.top_k, config.top_p
 
     def draw(logits: torch.Tensor) -> torch.Tensor:                    # (B, V) -> (B,)
-        probs = _filtered(logits, temperature, top_k, top_p)
+        probs = _filtered(logits, *knobs)
         # every row draws, finished or not: the random stream does not depend on which
         # rows have finished
         return torch.multinomial(probs, 1, generator=generator)[:, 0]
 
-    return decode_unchecked(model, src, max_len, draw, use_cache)
+    return decode_unchecked(model, src, config, draw, use_cache)
 
 
 __all__ = ['sampling_distribution', 'sample']

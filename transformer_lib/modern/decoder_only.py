@@ -1,7 +1,7 @@
 """Generated from book/13_modern.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: f3aaaef359395f77
+# digest: 699b4072427576f4
 # fmt: off
 
 # [book/13_modern.ipynb, cell 96baa493]
@@ -17,13 +17,13 @@ from torch import nn
 
 from transformer_lib.attention import MultiHeadAttention, check_heads
 from transformer_lib.checks import check_float, check_int, check_probability
-from transformer_lib.decoder import KVCache, LayerCache
+from transformer_lib.cache import KVCache, LayerCache
 from transformer_lib.embedding import TokenEmbedding
 from transformer_lib.feed_forward import PositionwiseFeedForward, swiglu_width
 from transformer_lib.model import check_special_ids
 from transformer_lib.norm import SublayerConnection, make_norm
 from transformer_lib.positional import LearnedPositionalEncoding, PositionalEncoding
-from transformer_lib.training.evaluation import forbid_specials
+from transformer_lib.decoding.loop import forbid_specials
 from transformer_lib.modern.rope import ROPE_LAYOUTS, RotaryEmbedding
 
 #: the ``positions`` choices of :class:`DecoderOnlyConfig`

@@ -2,27 +2,23 @@
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 99cd456383140057
+# digest: 6cfd1c0013497ca4
 # fmt: off
 
 # [book/10c_training_plumbing.ipynb, cell f719df39]
 from __future__ import annotations
 
+import os
+import pickle
 import random
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
-
-
-# [book/appendix_training_run.ipynb, cell 5dbda8a6]
-import os
-import pickle
-
 from torch.optim.lr_scheduler import LambdaLR
 
-from transformer_lib.training.files import atomic_write
+from transformer_lib.files import atomic_write
 from transformer_lib.training.distributed import unwrap_model
 
 
@@ -131,9 +127,12 @@ CHECKPOINT_FORMAT = "transformer_lib checkpoint 1"
 
 
 # [book/appendix_training_run.ipynb, cell 08f2ac95]
-def _read_checkpoint(path: str, map_location: Any) -> dict[str, Any]:
+def _read_checkpoint(path: str, map_location: Any,
+                     mmap: bool = False, weights: bool = True) -> dict[str, Any]:
     """``torch.load(weights_only=True)`` of ``path``, with one clear error per way a
-    file can fail to be a checkpoint of this library."""
+    file can fail to be a checkpoint of this library. ``mmap``: the file is mapped,
+    and a tensor is read only when used; ``weights=False``: the weights are not
+    checked for NaN and inf (with ``mmap``, no weight is read)."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such checkpoint file")
     if os.path.isdir(path):
@@ -142,7 +141,8 @@ def _read_checkpoint(path: str, map_location: Any) -> dict[str, Any]:
         raise CheckpointError(f"{path}: the file is empty (an interrupted write?), "
                               "not a checkpoint")
     try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
+        state = torch.load(path, map_location=map_location, weights_only=True,
+                           mmap=mmap)
     except pickle.UnpicklingError:
         raise CheckpointError(
             f"{path}: refused: it holds objects other than tensors, numbers, strings "
@@ -164,7 +164,7 @@ def _read_checkpoint(path: str, map_location: Any) -> dict[str, Any]:
         raise CheckpointError(f"{path}: not a checkpoint written by save_checkpoint "
                               f"(it holds {held}; a checkpoint holds model, optimizer, "
                               "scheduler, step, rng, config, extra)")
-    bad = _non_finite(state["model"], "model")
+    bad = _non_finite(state["model"], "model") if weights else []
     if bad:
         raise CheckpointError(f"{path}: the weights {', '.join(bad[:3])} hold NaN or "
                               "inf")
@@ -203,7 +203,7 @@ def _check_fits(path: str, net: nn.Module, state: dict[str, Any]) -> None:
 def load_checkpoint(path: str | os.PathLike, model: nn.Module | None = None,
                     optimizer: Any = None, scheduler: Any = None, scaler: Any = None,
                     map_location: Any = "cpu",
-                    restore_rng: bool = False) -> dict[str, Any]:
+                    restore_rng: bool = False, mmap: bool = False) -> dict[str, Any]:
     """Read a checkpoint written by :func:`save_checkpoint` with
     ``torch.load(weights_only=True)`` (plain tensors and containers only: no arbitrary
     object is unpickled), load the states into whichever of ``model``, ``optimizer``,
@@ -219,9 +219,10 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module | None = None,
     A ``LambdaLR`` scheduler keeps its own schedule: the checkpoint gives it the step
     count, and the optimizer's rate is set from the new schedule at once, so a run
     resumed with another learning-rate factor or warm-up uses it from its first
-    update."""
+    update. ``mmap``: the file is mapped, and a tensor is read from it when used
+    (what averaging and copying weights need: the optimizer state is never read)."""
     path = os.fspath(path)
-    state = _read_checkpoint(path, map_location)
+    state = _read_checkpoint(path, map_location, mmap)
     if model is not None:
         net = unwrap_model(model)
         _check_fits(path, net, state)
@@ -261,7 +262,45 @@ def _use_schedule(optimizer: Any, scheduler: LambdaLR,
         group["lr"] = base * rate(scheduler.last_epoch)
 
 
+# [book/appendix_training_run.ipynb, cell 64b8ac43]
+def checkpoint_step(path: str | os.PathLike) -> int:
+    """The step (updates made) of the checkpoint at ``path``, read cheaply: the safe
+    loader maps the file and reads no weight. A missing file raises
+    ``FileNotFoundError``, a damaged one a one-line :class:`CheckpointError` naming
+    it."""
+    return _read_checkpoint(os.fspath(path), "cpu", mmap=True,
+                            weights=False)["step"]
+
+
+def check_same_run(path: str | os.PathLike, accum_steps: int,
+                   resume_keys: dict | None = None, *,
+                   labels: dict[str, str] | None = None,
+                   state: dict[str, Any] | None = None) -> None:
+    """The resume rule: a run continues the run of the checkpoint at ``path`` only
+    with its ``accum_steps`` and, for every key of ``resume_keys`` the checkpoint
+    also holds, its value (what the batches depend on: a digest of the corpus, the
+    batch size, a seed; checkpoints older than a key pass). Another value raises
+    :class:`CheckpointError` naming the file and the key, as ``labels`` calls it
+    (``{"batch_tokens": "--batch-tokens"}``). ``state``: the checkpoint already
+    read; else it is read cheaply (as :func:`checkpoint_step` does)."""
+    path = os.fspath(path)
+    read = state if state is not None else _read_checkpoint(path, "cpu", mmap=True,
+                                                            weights=False)
+    extra, names = read["extra"], labels or {}
+    kept = dict(extra.get("resume_keys") or {})
+    if "accum_steps" in extra:
+        kept["accum_steps"] = extra["accum_steps"]
+    here = {**(resume_keys or {}), "accum_steps": accum_steps}
+    for key in sorted(kept.keys() & here.keys()):
+        if kept[key] != here[key]:
+            name = names.get(key, key)
+            raise CheckpointError(
+                f"{path}: the run was saved with {name} {kept[key]}, this one has "
+                f"{here[key]}: resume it with the same")
+
+
 __all__ = [
     'capture_rng_state', 'restore_rng_state', 'NonFiniteError', 'CheckpointError',
-    'save_checkpoint', 'CHECKPOINT_FORMAT', 'load_checkpoint',
+    'save_checkpoint', 'CHECKPOINT_FORMAT', 'load_checkpoint', 'checkpoint_step',
+    'check_same_run',
 ]

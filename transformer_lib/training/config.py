@@ -1,7 +1,7 @@
 """Generated from book/10c_training_plumbing.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: f76f43de36b6da30
+# digest: 1678f74891b9d8d0
 # fmt: off
 
 # [book/10c_training_plumbing.ipynb, cell 18265bcd]
@@ -15,7 +15,7 @@ from typing import Any
 from torch import nn
 
 from transformer_lib.checks import check_float, check_int
-from transformer_lib.training.precision import amp_dtype
+from transformer_lib.precision import amp_dtype
 
 
 # [book/10c_training_plumbing.ipynb, cell b1d8d4cf]
@@ -36,6 +36,7 @@ class TrainHistory:
     interrupted: bool = False
 
 
+# [book/10c_training_plumbing.ipynb, cell a652515f]
 @dataclass
 class TrainConfig:
     """The settings of a run of :func:`train`, checked when built:
@@ -61,7 +62,10 @@ class TrainConfig:
     per epoch, of another ``accum_steps`` or number of processes, or whose
     ``resume_keys`` differ (:class:`CheckpointError`). ``resume_keys``: plain values a
     resumed run must keep (a digest of the data, the batch size, a seed), written into
-    every checkpoint; rank 0 calls ``on_checkpoint(step, path)`` after writing one."""
+    every checkpoint; rank 0 calls ``on_checkpoint(step, path)`` after writing one.
+    ``metrics_path``: rank 0 appends one JSON line per logged step and per validation
+    there (:func:`~transformer_lib.training.metrics_log.read_metrics` reads it back),
+    kept across a resume (give it to every process, as ``checkpoint_path``)."""
 
     steps: int
     val_loader: Iterable | None = None
@@ -79,6 +83,7 @@ class TrainConfig:
     on_step: Callable[[int, dict | None], None] | None = None
     resume_keys: dict | None = None
     on_checkpoint: Callable[[int, str], None] | None = None
+    metrics_path: str | os.PathLike | None = None
 
     def __post_init__(self) -> None:
         self.steps = check_int(self.steps, "steps", minimum=0)
@@ -93,6 +98,11 @@ class TrainConfig:
             hook = getattr(self, name)
             if hook is not None and not callable(hook):
                 raise TypeError(f"{name} must be callable, got {hook!r}")
+        for name in ("checkpoint_path", "resume_from", "metrics_path"):
+            path = getattr(self, name)
+            if path is not None and not isinstance(path, (str, os.PathLike)):
+                raise TypeError(f"{name} must be a path (str or os.PathLike), got "
+                                f"{path!r}")
         if self.resume_keys is not None and not isinstance(self.resume_keys, dict):
             raise TypeError(f"resume_keys must be a dict, got {self.resume_keys!r}")
 

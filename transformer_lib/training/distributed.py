@@ -2,19 +2,17 @@
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 9cacb9cb9dcaed44
+# digest: e021cc3a69c39b71
 # fmt: off
 
 # [book/10c_training_plumbing.ipynb, cell 94c0227a]
 from __future__ import annotations
 
-import torch
-from torch import nn
-
-
-# [book/appendix_training_run.ipynb, cell c944cff5]
 import os
 from typing import Any
+
+import torch
+from torch import nn
 
 from transformer_lib.checks import default_device
 

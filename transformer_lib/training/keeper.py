@@ -2,31 +2,29 @@
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 51736787e02fac5b
+# digest: fc68c1be5b72cd58
 # fmt: off
 
 # [book/10c_training_plumbing.ipynb, cell 1ae85b79]
 from __future__ import annotations
 
 import contextlib
-from typing import Any
-
-from transformer_lib.training.position import RunPosition
-from transformer_lib.training.run import LossLog, Run
-
-
-# [book/appendix_training_run.ipynb, cell 1b1bfd1d]
 import os
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 
 from transformer_lib.training.checkpoint import CheckpointError, NonFiniteError
-from transformer_lib.training.checkpoint import capture_rng_state, load_checkpoint
-from transformer_lib.training.checkpoint import save_checkpoint
+from transformer_lib.training.checkpoint import capture_rng_state, check_same_run
+from transformer_lib.training.checkpoint import load_checkpoint, save_checkpoint
 from transformer_lib.training.distributed import gather_objects, is_distributed, rank
 from transformer_lib.training.distributed import world_size
 from transformer_lib.training.interrupts import Interrupts
+from transformer_lib.training.metrics_log import append_metrics, keep_metrics_until
+from transformer_lib.training.position import RunPosition
+from transformer_lib.training.run import LossLog, Run
 
 
 # [book/10c_training_plumbing.ipynb, cell 09b65e47]
@@ -69,13 +67,17 @@ class Keeper:
 class FileKeeper(Keeper):
     """The keeper of a run with ``checkpoint_path`` or ``resume_from``: it resumes,
     writes checkpoints (at the start, every ``checkpoint_every`` steps, at the end, and
-    on Ctrl-C or SIGTERM), and names the last good checkpoint when the run fails."""
+    on Ctrl-C or SIGTERM), names the last good checkpoint when the run fails, and
+    writes the run's record to ``metrics_path``."""
 
     def __init__(self, run: Run):
         self.run = run
         self.saved_step: int | None = None           # the step of the last checkpoint
         self.first_save = False                      # the step-0 checkpoint is due
         self.interrupts = Interrupts(bool(run.config.checkpoint_path))
+        self.clock = (0.0, 0.0)           # (seconds, CPU seconds) of the earlier parts
+        self.unlogged: list | None = None     # a resumed run's losses not yet logged
+        self.started = (time.perf_counter(), time.process_time())
 
     @property
     def signum(self) -> int | None:
@@ -83,10 +85,20 @@ class FileKeeper(Keeper):
 
     def start(self, losses: LossLog) -> RunPosition:
         pos = self.resume()
+        if self.unlogged is not None:                # so the next logged mean is exact
+            losses.total.fill_(self.unlogged[0])
+            losses.count = int(self.unlogged[1])
         # resumable from step 0: the guard writes that checkpoint, with signals noted
         self.first_save = pos.step == 0 and bool(self.run.config.checkpoint_path)
         if self.first_save:
             pos.epoch_rng = capture_rng_state()      # (what the epoch would record)
+        metrics = self.run.config.metrics_path
+        if metrics is not None:
+            if rank() == 0:                  # the lines after pos.step: logged again
+                os.makedirs(os.path.dirname(os.path.abspath(metrics)), exist_ok=True)
+                keep_metrics_until(metrics, pos.step)
+            self.run.on_record = self.record
+        self.started = (time.perf_counter(), time.process_time())
         return pos
 
     def after_update(self, pos: RunPosition, losses: LossLog) -> None:
@@ -140,15 +152,19 @@ class FileKeeper(Keeper):
         losses.check(pos.step)
         ranks = None
         if barrier or not is_distributed():          # a collective: all ranks are here
-            here = {"rng": capture_rng_state(), "epoch_rng": pos.epoch_rng}
+            here = {"rng": capture_rng_state(), "epoch_rng": pos.epoch_rng,
+                    "tokens": int(run.tokens),     # and the losses not yet logged:
+                    "losses": [float(losses.total), losses.count]}
             ranks = gather_objects(here)
         if rank() == 0:
+            seconds, cpu_seconds = self.elapsed()
             save_checkpoint(path, run.net, run.optimizer, run.scheduler, run.scaler,
                             pos.step, epoch=pos.epoch, in_epoch=pos.in_epoch,
                             epoch_rng=pos.epoch_rng,
                             batches_per_epoch=run.epoch_length, ranks=ranks,
                             accum_steps=run.config.accum_steps,
-                            resume_keys=run.config.resume_keys)
+                            resume_keys=run.config.resume_keys, tokens=int(run.tokens),
+                            seconds=seconds, cpu_seconds=cpu_seconds)
             self.saved_step = pos.step
             if run.config.on_checkpoint is not None:     # e.g. keep a copy of the file
                 run.config.on_checkpoint(pos.step, os.fspath(path))
@@ -174,30 +190,42 @@ class FileKeeper(Keeper):
                 f"{os.fspath(path)}: the run was saved with {saved} batches per epoch, "
                 f"this train_loader gives {here} (other data, another batch size or "
                 "another number of processes): it cannot be resumed exactly")
-        _check_kept(path, extra, run.config.accum_steps, run.config.resume_keys)
+        check_same_run(path, run.config.accum_steps, run.config.resume_keys,
+                       state=state)
         if position.step > steps:
             raise CheckpointError(f"{os.fspath(path)}: the run has already made "
                                   f"{position.step} updates, more than steps={steps}: "
                                   "ask for more steps to continue it")
         load_checkpoint(path, run.net, run.optimizer, run.scheduler, run.scaler,
                         map_location=run.device)
+        ranks = extra.get("ranks")
+        mine = ranks[rank()] if isinstance(ranks, list) else extra
+        run.tokens = int(mine.get("tokens", extra.get("tokens", 0)))
+        self.unlogged = mine.get("losses")           # the log's sum since its last line
+        self.clock = (extra.get("seconds", 0.0), extra.get("cpu_seconds", 0.0))
         return position
 
+    # [book/appendix_training_run.ipynb, cell 7493ea55]
+    def record(self, record: dict[str, Any]) -> None:
+        """A logged record (from ``Run.note``) with the target tokens of every process,
+        the seconds and the CPU seconds of rank 0 since the run began (a resumed
+        run's earlier parts included), appended to ``metrics_path`` by rank 0."""
+        tokens = int(self.run.tokens)                # read back: a logged step
+        if is_distributed():                         # every rank logs this step
+            total = torch.tensor(tokens, device=self.run.device)
+            torch.distributed.all_reduce(total)
+            tokens = int(total)
+        seconds, cpu_seconds = self.elapsed()
+        if rank() == 0 and self.run.config.metrics_path is not None:
+            append_metrics(self.run.config.metrics_path,
+                           {**record, "tokens": tokens, "seconds": round(seconds, 3),
+                            "cpu_seconds": round(cpu_seconds, 3)})
 
-# [book/appendix_training_run.ipynb, cell 0da90f8d]
-def _check_kept(path: Any, extra: dict, accum_steps: int,
-                keys: dict | None) -> None:
-    """Refuse a resume that changes what the checkpoint says a run must keep: its
-    ``accum_steps`` and its ``resume_keys`` (checkpoints older than these pass)."""
-    kept = dict(extra.get("resume_keys") or {})
-    if "accum_steps" in extra:
-        kept["accum_steps"] = extra["accum_steps"]
-    here = {**(keys or {}), "accum_steps": accum_steps}
-    for name in sorted(kept.keys() & here.keys()):
-        if kept[name] != here[name]:
-            raise CheckpointError(
-                f"{os.fspath(path)}: the run was saved with {name}={kept[name]!r}, "
-                f"this one has {name}={here[name]!r}: resume it with the same")
+    def elapsed(self) -> tuple[float, float]:
+        """(seconds, CPU seconds) of this run, its resumed parts included."""
+        wall, cpu = self.clock
+        return (wall + time.perf_counter() - self.started[0],
+                cpu + time.process_time() - self.started[1])
 
 
 __all__ = []

@@ -1,9 +1,8 @@
 """Generated from book/10_training.ipynb: edit the notebook, not this file.
 Extended by book/10c_training_plumbing.ipynb.
-Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 4ce934d729e91433
+# digest: 39adecd4340540b0
 # fmt: off
 
 # [book/10_training.ipynb, cell 4bdf88f1]
@@ -11,32 +10,24 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
 from torch import nn
+from tqdm import tqdm
 
 from transformer_lib.training.batching import Batch
 from transformer_lib.training.checkpoint import capture_rng_state, restore_rng_state
 from transformer_lib.training.position import RunPosition, epoch_batches
 from transformer_lib.training.evaluation import evaluate
-from transformer_lib.training.precision import amp_dtype
+from transformer_lib.precision import amp_dtype
 from transformer_lib.training.distributed import is_distributed, rank, world_size
 from transformer_lib.training.config import TrainConfig, TrainHistory
-from transformer_lib.training.keeper import Keeper
+from transformer_lib.training.keeper import FileKeeper, Keeper
 from transformer_lib.training.run import LossLog, Run
-
-
-# [book/10c_training_plumbing.ipynb, cell 0632785c]
-import sys
-
-from tqdm import tqdm
-
-
-# [book/appendix_training_run.ipynb, cell 46155bff]
-from transformer_lib.training.keeper import FileKeeper
 
 
 # [book/10_training.ipynb, cell db12398f]
@@ -78,7 +69,7 @@ def train(model: nn.Module, train_loader: Iterable, optimizer: torch.optim.Optim
                     resume_keys=resume_keys, on_checkpoint=on_checkpoint)
     run = Run.start(model, optimizer, scheduler, loss_fn, cfg)
     run.epoch_length = _length(train_loader)
-    keeper, history, losses = _KEEPER(run), TrainHistory(), LossLog(run.device)
+    keeper, history, losses = FileKeeper(run), TrainHistory(), LossLog(run.device)
     pos = keeper.start(losses)                       # step 0, or where a run stopped
     t0 = time.perf_counter()
     with keeper.guard(pos, losses), _progress(cfg, pos.step) as bar:
@@ -170,6 +161,7 @@ def _validate(run: Run, step: int, history: TrainHistory, bar: Any) -> bool:
     finally:
         restore_rng_state(saved)
     history.val.append(record)
+    run.note("valid", record)
     if bar is not None:
         bar.write(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                            for k, v in record.items()))
@@ -189,10 +181,12 @@ def _loop(run: Run, loader: Iterable, pos: RunPosition, history: TrainHistory,
             loss, lr = _update(run, group)
             pos.step, pos.in_epoch = pos.step + 1, pos.in_epoch + len(group)
             run.busy = False
+            run.tokens = run.tokens + _target_tokens(group, run.pad_id)   # not read
             losses.add(loss)
             record = None
             if pos.step % cfg.log_every == 0 or pos.step == cfg.steps:
                 record = losses.write(history, bar, pos.step, lr)
+                run.note("train", record)
             elif pos.step == first and cfg.on_step is not None:   # an early sign
                 record = {"step": pos.step, "loss": losses.check(pos.step), "lr": lr}
             if cfg.on_step is not None:
@@ -211,6 +205,13 @@ def _loop(run: Run, loader: Iterable, pos: RunPosition, history: TrainHistory,
     return False
 
 
+def _target_tokens(group: list, pad_id: int | None) -> Any:
+    """The target tokens (not padding) of an update's batches: a tensor, counted where
+    the batches are and not read back (``int()`` reads it when it is logged)."""
+    return sum(b[2].numel() if pad_id is None else (b[2] != pad_id).sum()
+               for b in group)
+
+
 def _groups(batches: Iterable, k: int) -> Iterator[list]:
     """The batches in groups of ``k``, one group per update; the epoch's last group
     may be shorter (an update never spans two epochs)."""
@@ -222,10 +223,6 @@ def _groups(batches: Iterable, k: int) -> Iterator[list]:
             group = []
     if group:
         yield group
-
-
-# [book/10c_training_plumbing.ipynb, cell 813f6afd]
-_KEEPER: type[Keeper] = Keeper       # the keeper train uses; the appendix sets its own
 
 
 # [book/10c_training_plumbing.ipynb, cell 0fedf3eb]
@@ -263,10 +260,6 @@ def _progress(cfg: TrainConfig, start: int) -> Iterator[Any]:
     finally:
         if bar is not None:
             bar.close()
-
-
-# [book/appendix_training_run.ipynb, cell 7c4178a0]
-_KEEPER = FileKeeper                 # train keeps every run with this keeper
 
 
 __all__ = ['train', 'accumulate_gradients']

@@ -2,7 +2,7 @@
 Extended by book/appendix_training_run.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 4719301968b69ffb
+# digest: 66864367b757bedd
 # fmt: off
 
 # [book/10c_training_plumbing.ipynb, cell dfe2009d]
@@ -13,9 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from transformer_lib.training.checkpoint import capture_rng_state, restore_rng_state
-
-
-# [book/appendix_training_run.ipynb, cell d6024412]
 from transformer_lib.training.checkpoint import CheckpointError
 
 

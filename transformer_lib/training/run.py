@@ -1,7 +1,7 @@
 """Generated from book/10c_training_plumbing.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: bc41e8992b0a3368
+# digest: 372cb10af3bfa3ae
 # fmt: off
 
 # [book/10c_training_plumbing.ipynb, cell 2135f1f2]
@@ -19,7 +19,7 @@ from transformer_lib.training.checkpoint import NonFiniteError
 from transformer_lib.training.config import TrainConfig, TrainHistory
 from transformer_lib.training.distributed import is_distributed, unwrap_model
 from transformer_lib.training.loss import LabelSmoothingLoss
-from transformer_lib.training.precision import amp_dtype
+from transformer_lib.precision import amp_dtype
 
 
 # [book/10c_training_plumbing.ipynb, cell 13cc1439]
@@ -38,6 +38,8 @@ class Run:
     pad_id: int | None = 0             # what the loss counts as no target
     epoch_length: int | None = None    # batches per epoch, if the loader has a len()
     busy: bool = False                 # inside an update (its state is half-made)
+    tokens: Any = 0                    # target tokens trained on here (int or tensor)
+    on_record: Callable[[dict[str, Any]], None] | None = None   # the appendix's log
 
     @classmethod
     def start(cls, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
@@ -55,6 +57,11 @@ class Run:
             model = nn.parallel.DistributedDataParallel(model, device_ids=ids)
         return cls(model, net, optimizer, scheduler, scaler, loss_fn, config, device,
                    pad)
+
+    def note(self, kind: str, record: dict[str, Any]) -> None:
+        """Hand a logged record (``kind``: "train" or "valid") to ``on_record``."""
+        if self.on_record is not None:
+            self.on_record({"kind": kind, **record})
 
 
 # [book/10c_training_plumbing.ipynb, cell 51caf1f3]

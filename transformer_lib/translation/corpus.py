@@ -1,7 +1,7 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 4c3a851debb001fb
+# digest: edbfb5ac5887639c
 # fmt: off
 
 # [book/12_translation.ipynb, cell 3190b244]
@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from transformer_lib.checks import check_int, check_probability
-from transformer_lib.training.files import atomic_write
+from transformer_lib.files import atomic_write
 
 
 def _optional(module: str, extra: str) -> ModuleType:

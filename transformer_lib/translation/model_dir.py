@@ -1,7 +1,7 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: f0c1c5a70840866f
+# digest: 705da8800f195cfb
 # fmt: off
 
 # [book/12_translation.ipynb, cell c9e6cf5a]
@@ -17,16 +17,18 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
 
 from transformer_lib.checks import resolve_device
+from transformer_lib.decoding.config import GenerationConfig
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.model_size import ModelTooLargeError, check_model_fits
-from transformer_lib.training.checkpoint import load_checkpoint
-from transformer_lib.training.files import atomic_write
+from transformer_lib.files import atomic_write
 from transformer_lib.translation.tokenizer import BPETokenizer, TextTokenizer
 
 #: the files of a model directory
 CONFIG_FILE, TOKENIZER_FILE = "config.json", "tokenizer.json"
 WEIGHTS_FILE = "model.safetensors"
 CHECKPOINT_FILE, TRAINING_FILE = "checkpoint.pt", "training.json"
+#: the model's decoding defaults (a GenerationConfig); absent: the library's
+GENERATION_FILE = "generation.json"
 
 
 # [book/12_translation.ipynb, cell f4ab370e]
@@ -58,6 +60,34 @@ def save_config_and_tokenizer(path, config: TransformerConfig,
     return path
 
 
+def save_generation_config(path, config: GenerationConfig) -> Path:
+    """Write ``config`` to ``generation.json`` in the model directory ``path``
+    (atomically; not rewritten when it holds the same text): the decoding defaults that
+    ``translate`` uses unless told otherwise."""
+    if not isinstance(config, GenerationConfig):
+        raise TypeError(f"config must be a GenerationConfig, got "
+                        f"{type(config).__name__}")
+    path = Path(path)
+    _write_if_changed(path / GENERATION_FILE, config.to_json())
+    return path / GENERATION_FILE
+
+
+def load_generation_config(path) -> GenerationConfig:
+    """The decoding defaults of the model directory ``path``: its ``generation.json``,
+    checked as a new :class:`GenerationConfig` is, or without that file the library's
+    defaults. A damaged file raises :class:`ModelDirError` naming it."""
+    file = Path(path) / GENERATION_FILE
+    if not file.is_file():
+        return GenerationConfig()
+    try:
+        return GenerationConfig.from_dict(json.loads(file.read_text(encoding="utf-8")))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise ModelDirError(f"{file}: damaged ({reason})") from None
+    except (TypeError, ValueError) as exc:
+        raise ModelDirError(f"{file}: not a valid generation config ({exc})") from None
+
+
 def save_model_dir(path, model: Transformer, tokenizer: BPETokenizer,
                    **training) -> Path:
     """Write ``model`` and ``tokenizer`` to the directory ``path``: ``config.json`` (the
@@ -82,8 +112,8 @@ def _sha256(data: bytes) -> str:
 
 
 # [book/12_translation.ipynb, cell translate-record-check]
-def _differences(file: Path, config: TransformerConfig, stored: dict,
-                 where: str) -> None:
+def config_differences(file: Path, config: TransformerConfig, stored: dict,
+                       where: str) -> None:
     """Raise :class:`ModelDirError` naming ``file`` and the first fields (all but
     dropout) in which ``config`` differs from the ``stored`` config dict."""
     here = config.to_dict()
@@ -95,7 +125,7 @@ def _differences(file: Path, config: TransformerConfig, stored: dict,
         raise ModelDirError(f"{file}: " + "; ".join(differ[:3]))
 
 
-def _check_weights_record(path: Path, config: TransformerConfig, weights: Path) -> None:
+def check_weights_record(path: Path, config: TransformerConfig, weights: Path) -> None:
     """Compare config.json and tokenizer.json with what ``save_model_dir`` recorded in
     the metadata of ``weights`` (a file without that record is checked by shapes
     only)."""
@@ -110,7 +140,7 @@ def _check_weights_record(path: Path, config: TransformerConfig, weights: Path) 
             stored = json.loads(meta["config"])
         except json.JSONDecodeError:
             raise ModelDirError(f"{weights}: damaged metadata") from None
-        _differences(path / CONFIG_FILE, config, stored, f"the {WEIGHTS_FILE}")
+        config_differences(path / CONFIG_FILE, config, stored, f"the {WEIGHTS_FILE}")
     digest = meta.get("tokenizer_sha256")
     if digest and _sha256((path / TOKENIZER_FILE).read_bytes()) != digest:
         raise ModelDirError(f"{path / TOKENIZER_FILE}: not the tokenizer the weights "
@@ -214,7 +244,7 @@ def load_model_dir(path, device: str | torch.device | None = None
     weights = path / WEIGHTS_FILE
     if not weights.is_file():
         raise ModelDirError(f"{path}: incomplete model directory (no {WEIGHTS_FILE})")
-    _check_weights_record(path, config, weights)
+    check_weights_record(path, config, weights)
     model = Transformer(config)
     try:
         load_model(model, str(weights), strict=True)
@@ -224,32 +254,10 @@ def load_model_dir(path, device: str | torch.device | None = None
     return model.to(device).eval(), tokenizer
 
 
-# [book/12_translation.ipynb, cell 8b72a087]
-def load_resume_setup(path) -> tuple[TransformerConfig, BPETokenizer]:
-    """The config and tokenizer to resume the run of the model directory ``path``:
-    ``config.json`` and ``tokenizer.json`` checked against ``checkpoint.pt`` (the
-    config field by field, the tokenizer's size) and, when present, against the
-    record in ``model.safetensors``. A difference raises :class:`ModelDirError`, a
-    damaged checkpoint a ``CheckpointError``, each naming the file."""
-    path = Path(path)
-    checkpoint = path / CHECKPOINT_FILE
-    if not checkpoint.exists():          # a damaged one: load_checkpoint says how
-        raise ModelDirError(f"{path}: nothing to resume (no {CHECKPOINT_FILE})")
-    config, tokenizer = load_config_and_tokenizer(path)
-    if not isinstance(tokenizer, BPETokenizer):    # a converted model: not trained here
-        raise ModelDirError(f"{path}: its tokenizer is not a BPETokenizer: only a run "
-                            "of the train command can be resumed")
-    stored = load_checkpoint(checkpoint).get("config")
-    if isinstance(stored, dict):
-        _differences(path / CONFIG_FILE, config, stored, f"the {CHECKPOINT_FILE}")
-    if (path / WEIGHTS_FILE).is_file():
-        _check_weights_record(path, config, path / WEIGHTS_FILE)
-    return config, tokenizer
-
-
 __all__ = [
     'CONFIG_FILE', 'TOKENIZER_FILE', 'WEIGHTS_FILE', 'CHECKPOINT_FILE', 'TRAINING_FILE',
-    'ModelDirError', 'save_config_and_tokenizer', 'save_model_dir',
+    'GENERATION_FILE', 'ModelDirError', 'save_config_and_tokenizer',
+    'save_generation_config', 'load_generation_config', 'save_model_dir',
     'TOKENIZER_KIND_FILE', 'TOKENIZER_KINDS', 'load_tokenizer',
-    'load_config_and_tokenizer', 'load_model_dir', 'load_resume_setup',
+    'load_config_and_tokenizer', 'load_model_dir',
 ]

@@ -1,7 +1,7 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 8fc3403e8a8d1091
+# digest: 857ca7af6aae00f2
 # fmt: off
 
 # [book/12_translation.ipynb, cell 4aa929ed]
@@ -14,7 +14,7 @@ from typing import Protocol
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from transformer_lib.checks import check_int
-from transformer_lib.training.files import atomic_write
+from transformer_lib.files import atomic_write
 
 PAD_ID = 0   #: id of ``<pad>``, the padding token
 BOS_ID = 1   #: id of ``<s>``, the token that starts every decoder input

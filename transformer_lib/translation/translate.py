@@ -1,7 +1,7 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: f0baad955c323279
+# digest: e19f8dffbb91f9aa
 # fmt: off
 
 # [book/12_translation.ipynb, cell 4d681ebd]
@@ -13,65 +13,62 @@ from typing import Any
 
 import torch
 
-from transformer_lib.checks import check_float, check_int
+from transformer_lib.checks import check_int
 from transformer_lib.decoding.beam import beam_search_unchecked, check_beam_size
-from transformer_lib.decoding.greedy import check_max_len, check_model, decode_unchecked
-from transformer_lib.decoding.sampling import check_sampling, sample_unchecked
+from transformer_lib.decoding.config import GenerationConfig
+from transformer_lib.decoding.greedy import check_model, check_settings
+from transformer_lib.decoding.greedy import decode_unchecked
+from transformer_lib.decoding.sampling import sample_unchecked
 from transformer_lib.model import Transformer
-from transformer_lib.training.precision import amp_dtype
+from transformer_lib.precision import amp_dtype
 from transformer_lib.translation.tokenizer import TextTokenizer
 
 
 # [book/12_translation.ipynb, cell 079b917a]
 def translate_lines(model: Transformer, tokenizer: TextTokenizer, lines: Iterable[str],
-                    *, beam: int = 1, length_penalty: float = 0.6,
-                    sampling: bool = False,
-                    temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-                    seed: int = 0, batch_size: int = 64, max_len: int | None = None,
+                    config: GenerationConfig | None = None, *, batch_size: int = 64,
                     precision: str = "fp32",
-                    on_too_long: str | Callable[[int, int], object] = "error"
-                    ) -> list[str]:
+                    on_too_long: str | Callable[[int, int], object] = "error",
+                    **settings: Any) -> list[str]:
     """Translate each string of ``lines``; one output per input, in order; an empty line
     gives ''.
 
-    Lines are sorted by length and decoded ``batch_size`` at a time (``beam`` > 1: beam
-    search; ``sampling``: :func:`~transformer_lib.decoding.sampling.sample`; else
-    greedy). ``max_len``: the most target tokens (default: each sentence its own
-    ``default_max_len``, 2 × source + 10, at most the model's ``max_len``).
-    ``precision`` (chapter 10's ``PRECISIONS``): ``"bf16"`` or ``"fp16"`` decode under
-    autocast. A source longer than the model's ``max_len`` tokens: ``on_too_long=
-    "error"`` raises a ValueError naming its line number (from 1), ``"warn"`` cuts it
-    with a :class:`LineTooLongWarning`, ``"truncate"`` cuts it silently, and a function
-    ``f(line_number, n_tokens)`` is called, then the line is cut. The model decodes in
-    eval mode; its mode is restored after."""
+    The decoding settings are ``config``, a :class:`~transformer_lib.decoding.config.
+    GenerationConfig` (None: the defaults, greedy decoding), and keywords given, any
+    of its fields (``strategy="beam"``, ``beam_size=5``, ``alpha=1.0``, ...) or
+    ``max_len`` (one fixed limit for every line, at most the model's ``max_len``),
+    replace its fields. ``strategy`` "beam" with beam_size > 1: beam search; "sample":
+    :func:`~transformer_lib.decoding.sampling.sample` (one generator seeded with
+    ``seed`` for all batches); else greedy. Lines are sorted by length and decoded
+    ``batch_size`` at a time. ``precision`` (chapter 10's ``PRECISIONS``): ``"bf16"`` or
+    ``"fp16"`` decode under autocast. A source longer than the model's ``max_len``
+    tokens: ``on_too_long="error"`` raises a ValueError naming its line number (from
+    1), ``"warn"`` cuts it with a :class:`LineTooLongWarning`, ``"truncate"`` cuts it
+    silently, and a function ``f(line_number, n_tokens)`` is called, then the line is
+    cut. The model decodes in eval mode; its mode is restored after."""
     if isinstance(lines, str):
         raise TypeError("lines must be a list of str, got one str (wrap it: [line])")
     check_model(model)
     c = model.config
-    beam, batch_size = check_int(beam, "beam"), check_int(batch_size, "batch_size")
-    if max_len is not None:
-        max_len = check_max_len(model, max_len)
-    if sampling and beam > 1:
-        raise ValueError("choose beam search (beam > 1) or sampling, not both")
+    config = check_settings(model, None, config, settings)
+    batch_size = check_int(batch_size, "batch_size")
     if not callable(on_too_long) and on_too_long not in ("error", "warn", "truncate"):
         raise ValueError("on_too_long must be 'error', 'warn', 'truncate' or a "
                          f"function, got {on_too_long!r}")
     dtype, device = amp_dtype(precision), next(model.parameters()).device
-    if beam > 1:
-        alpha = check_float(length_penalty, "length_penalty")
-        check_beam_size(c, beam, "beam")
+    if config.strategy == "beam" and config.beam_size > 1:
+        check_beam_size(c, config.beam_size)
 
         def decode(src: torch.Tensor) -> torch.Tensor:
-            return beam_search_unchecked(model, src, beam, max_len, alpha)[0]
-    elif sampling:
-        knobs = check_sampling(temperature, top_k, top_p)
-        generator = torch.Generator(device=device).manual_seed(seed)
+            return beam_search_unchecked(model, src, config)[0]
+    elif config.strategy == "sample":
+        generator = torch.Generator(device=device).manual_seed(config.seed)
 
         def decode(src: torch.Tensor) -> torch.Tensor:
-            return sample_unchecked(model, src, max_len, *knobs, generator=generator)
+            return sample_unchecked(model, src, config, generator=generator)
     else:
         def decode(src: torch.Tensor) -> torch.Tensor:
-            return decode_unchecked(model, src, max_len)
+            return decode_unchecked(model, src, config)
     return translate_with(c, device, tokenizer, list(lines), decode, batch_size, dtype,
                           on_too_long)
 
