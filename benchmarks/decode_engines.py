@@ -69,15 +69,18 @@ def main(argv: list[str] | None = None) -> None:
                         return tl.greedy_decode(m, src, max_len=n)
                 else:
                     def ours(src=src, beams=beams, m=m):
-                        return tl.beam_search(m, src, beam_size=beams, max_len=n, length_penalty=1.0,
-                                              length_norm="power")[0]
+                        return tl.beam_search(m, src, beam_size=beams, max_len=n, length_norm="power",
+                                              alpha=1.0, stop="first_k")[0]
 
                 def generate(src=src, mask=mask, beams=beams):
                     with torch.no_grad():
                         return hf.generate(input_ids=src, attention_mask=mask, num_beams=beams,
                                            do_sample=False, max_new_tokens=n, length_penalty=1.0,
                                            early_stopping=False, forced_eos_token_id=None)
-                peers = [lambda e=e, src=src, beams=beams: e.decode(src, beams, n, 1.0)
+                settings = (dict(max_len=n) if beams == 1 else
+                            dict(strategy="beam", beam_size=beams, max_len=n, length_norm="power",
+                                 alpha=1.0, stop="first_k"))
+                peers = [lambda e=e, src=src, s=settings: e.decode(src, **s)
                          for e in engines.values()] + [generate]
                 ratios, t_book = [], []
                 for peer in peers:

@@ -4,9 +4,13 @@
 * only the ``#| default_exp`` cell is removed from the page: setup cells stay visible;
 * a chapter runs its own definitions: no ``tl.NAME`` / ``transformer_lib.NAME`` for a name it exports;
 * a module imports no private (``_name``) helper of another module;
-* (issue 25) a module is at most 350 lines; a module imports only from its own chapter or earlier ones, in
-  the order of the table of contents (the import graph reads like the book); no library code calls a
-  private function of another package.
+* (issue 25) a module imports only from its own chapter or earlier ones, in the order of the table of
+  contents (the import graph reads like the book); no library code calls a private function of another
+  package. An import for annotations only (under ``if TYPE_CHECKING:``, never run) may also name a module
+  of a later page that extends the importing module, as chapter 8's cache methods of chapter 3's
+  ``MultiHeadAttention`` name ``transformer_lib.cache.AttentionCache``;
+* (issue 37) a module of more than 350 lines draws a warning (in pytest's summary), one of more than 450
+  fails: the split is due then, and a measured speed-up is never dropped to stay under a number.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import importlib.util
 import json
 import re
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -75,12 +80,14 @@ def test_no_module_imports_a_private_name_of_another():
     assert not offenders, offenders
 
 
-MAX_MODULE_LINES = 350
+WARN_MODULE_LINES = 350   # a module near the size where it holds two jobs: a warning
+MAX_MODULE_LINES = 450    # past this it is split: a failure
 # Private functions of other packages that the library calls on purpose, with the reason. torch has no public
 # device-side assertion: checks.check_token_ids queues one on a GPU instead of reading the ids back. torch has
 # no public way to keep a linear layer's weight in oneDNN's packed layout: packed.PackedLinear calls the two
-# operators PyTorch's own compiler uses for frozen CPU models, detects them at run time and falls back to
-# F.linear where they are missing (tests/test_packed.py covers both paths).
+# operators PyTorch's own compiler uses for frozen CPU models, after packed.onednn_linear has probed them once
+# against F.linear, and falls back to F.linear where they are missing, raise or disagree (tests/test_packed.py
+# and tests/test_cli_packed.py cover each case).
 ALLOWED_PRIVATE_CALLS = {"torch._assert_async", "torch.ops.mkldnn._reorder_linear_weight",
                          "torch.ops.mkldnn._linear_pointwise"}
 
@@ -90,8 +97,13 @@ def _library() -> list[Path]:
 
 
 def test_every_module_is_short():
-    long = {p.relative_to(REPO).as_posix(): n for p in _library()
-            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    sizes = {p.relative_to(REPO).as_posix(): len(p.read_text(encoding="utf-8").splitlines())
+             for p in _library()}
+    near = {name: n for name, n in sizes.items() if WARN_MODULE_LINES < n <= MAX_MODULE_LINES}
+    if near:
+        warnings.warn(f"modules over {WARN_MODULE_LINES} lines (split past {MAX_MODULE_LINES}): {near}",
+                      UserWarning, stacklevel=1)
+    long = {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES}
     assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
 
 
@@ -107,29 +119,40 @@ def _chapter_rank() -> dict[str, int]:
     return rank
 
 
-def _page_rank() -> dict[str, int]:
-    """{module: the position in the book of the chapter that makes it}."""
+def _page_ranks() -> dict[str, list[int]]:
+    """{module: the positions in the book of the chapters that write it, the one that makes it first}."""
     chapter = _chapter_rank()
-    rank: dict[str, int] = {}
+    ranks: dict[str, list[int]] = {}
     for path in export.book_order(REPO):
         for module in export.read_chapter(path):
-            rank.setdefault(module, chapter.get(path.name, len(chapter)))
-    return rank
+            ranks.setdefault(module, []).append(chapter.get(path.name, len(chapter)))
+    return ranks
+
+
+def _imports(tree: ast.Module) -> list[tuple[str, bool]]:
+    """(module, for annotations only) of each import in ``tree``; ``if TYPE_CHECKING:`` marks the latter."""
+    guarded = {id(n) for top in tree.body if isinstance(top, ast.If) and ast.unparse(top.test) in
+               ("TYPE_CHECKING", "typing.TYPE_CHECKING") for n in ast.walk(top)}
+    found = []
+    for node in ast.walk(tree):
+        names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+            [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        found += [(name, id(node) in guarded) for name in names]
+    return found
 
 
 def test_a_module_imports_only_its_own_chapter_or_earlier_ones():
-    rank = _page_rank()
+    ranks = _page_ranks()
+    rank = {module: r[0] for module, r in ranks.items()}
     later = []
     for module, position in rank.items():
         path = REPO / "transformer_lib" / (module.replace(".", "/") + ".py")
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
-                [a.name for a in node.names] if isinstance(node, ast.Import) else []
-            for name in names:
-                if name.startswith("transformer_lib."):
-                    target = name[len("transformer_lib."):]
-                    if target in rank and rank[target] > position:
-                        later.append(f"{module} imports {target}, a later chapter's module")
+        for name, typing_only in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+            if name.startswith("transformer_lib."):
+                target = name[len("transformer_lib."):]
+                allowed = max(ranks[module]) if typing_only else position
+                if target in rank and rank[target] > allowed:
+                    later.append(f"{module} imports {target}, a later chapter's module")
     assert not later, later
 
 

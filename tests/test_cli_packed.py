@@ -1,8 +1,15 @@
 """``translate --engine packed`` (transformer_lib.cli.serve, the serving appendix's PackedDecoder): the
 book's decoders on packed weights give the same lines as ``--engine torch`` on a trained model (greedy, beam,
-sampling with a seed), and the options it cannot take are one-line usage errors."""
+sampling with a seed), also where PyTorch's private oneDNN operators are missing, raise or answer wrongly (it
+says so once on stderr and uses F.linear), and the options it cannot take are one-line usage errors."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import test_cli
+from onednn_patched import MODES
 
 from transformer_lib.cli.main import main
 
@@ -25,3 +32,23 @@ def test_packed_engine_refuses_int8(trained, inputs, capsys):
                  "--precision", "int8"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "--precision int8" in err and "--engine packed" in err, err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+def test_packed_engine_without_sound_onednn_operators_translates_and_says_so_once(trained, inputs, capsys, mode):
+    """``python -m transformer_lib translate --engine packed`` in a PyTorch whose private oneDNN operators are
+    missing, raise on the call packing makes, or drop the bias (tests/onednn_patched.py, which also sets
+    PACKED_MIN_WORK to 0 so that every product would otherwise be oneDNN's): the lines of ``--engine torch``,
+    and the warning once, with its reason, however many layers are packed. With the real operators ("real"):
+    the same lines, and no warning."""
+    ours = _translate(capsys, inputs, "--model", trained)
+    run = subprocess.run([sys.executable, str(Path(__file__).with_name("onednn_patched.py")), mode, "translate",
+                          str(inputs), "--model", str(trained), "--engine", "packed", "--threads", "1"],
+                         capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr
+    assert run.stdout.split("\n")[:-1] == ours
+    said = [line for line in run.stderr.splitlines() if "PackedLinear uses F.linear" in line]
+    reason = MODES[mode][1]
+    assert len(said) == (0 if reason is None else 1), run.stderr
+    assert reason is None or reason in said[0], said

@@ -1,8 +1,10 @@
 """Tests of transformer_lib.packed (book/appendix_serving.ipynb, section "Packing the weights"): PackedLinear
-equals F.linear and falls back to it off its fast path; chapter 11's decoders give the same outputs with a
-PackedDecoder as with the plain model (greedy, beam search, sampling, translate_lines, token_scores) on several
-shapes, past the 64 positions of the first cache buffer, and after the weights change; the PackedStepper's
-logits, reordering and errors against chapter 11's Stepper.
+equals F.linear and falls back to it off its fast path; the probe of PyTorch's private oneDNN operators runs once
+a process and falls back to F.linear, with one warning, where they are missing, raise or answer wrongly;
+chapter 11's decoders give the same outputs with a PackedDecoder as with the plain model (greedy, beam search,
+sampling, translate_lines, token_scores) on several shapes, past the 64 positions of the first cache buffer,
+and after the weights change and repack(); the PackedStepper's logits, reordering and errors against chapter
+11's Stepper.
 
 Equality "up to near ties" is judged as in the appendix, by ``serving.compare_outputs``: in float32 the packed
 products round differently from the plain model's, so two decoders may part where two tokens score within
@@ -10,12 +12,15 @@ rounding of each other. In float64 PackedLinear runs F.linear, so the packed ste
 reordering, its attention) is checked token for token."""
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
 from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from onednn_patched import MODES, PRODUCT, REORDER, PatchedOneDNN
 from torch import nn
 
 import transformer_lib as tl
@@ -24,7 +29,7 @@ from transformer_lib.decoding.beam import beam_search
 from transformer_lib.decoding.greedy import Stepper, decoding_mode, greedy_decode, token_scores
 from transformer_lib.decoding.sampling import sample
 from transformer_lib.feed_forward import PositionwiseFeedForward
-from transformer_lib.packed import PackedDecoder, PackedLinear, PackedStepper
+from transformer_lib.packed import PROBE_TOL, PackedDecoder, PackedLinear, PackedStepper, onednn_linear
 from transformer_lib.serving import compare_outputs
 from transformer_lib.translation.corpus import generate_pairs
 from transformer_lib.translation.tokenizer import BPETokenizer
@@ -139,39 +144,83 @@ def test_autocast_and_float64_fall_back_to_f_linear_exactly():
         assert torch.equal(packed(x.double()), F.linear(x.double(), double.weight[2:9], double.bias[2:9]))
 
 
-class _OneDNNWithout:
-    """``torch.ops.mkldnn`` as a PyTorch lacking some of its private operators would have it: the names in
-    ``missing`` raise AttributeError, as a missing operator does; the others are the real ones."""
+# ---------------------------------------------------------------- the probe of the private operators
 
-    def __init__(self, real, missing: set[str]):
-        self.real, self.missing = real, missing
-
-    def __getattr__(self, name: str):
-        if name in self.missing:
-            raise AttributeError(f"'_OpNamespace' 'mkldnn' object has no attribute '{name}'")
-        return getattr(self.real, name)
+FALLBACK = "PackedLinear uses F.linear instead of PyTorch's private oneDNN operators"
 
 
-@pytest.mark.parametrize("missing", [{"_reorder_linear_weight"}, {"_linear_pointwise"},
-                                     {"_reorder_linear_weight", "_linear_pointwise"}])
-def test_without_the_private_onednn_operators_the_decoders_fall_back_to_f_linear(monkeypatch, missing):
-    """A PyTorch whose oneDNN lacks either private operator PackedLinear calls (simulated by hiding them):
-    every layer keeps its weight and runs F.linear, even for products above PACKED_MIN_WORK (set to 0 here,
-    so that every product would otherwise be oneDNN's), and greedy decoding, beam search and sampling give
-    the plain model's outputs, as ``translate --engine packed`` needs after a torch upgrade."""
-    import transformer_lib.packed as packed_module
+@pytest.fixture
+def onednn(monkeypatch):
+    """Patch ``torch.ops.mkldnn`` (tests/onednn_patched.py) for one test: ``onednn(**patches)``. The probe's
+    answer is forgotten before the test and after it, so that it probes the patched operators and the next test
+    the real ones."""
     torch.ops.mkldnn                                       # noqa: B018  (resolve the namespace once)
-    monkeypatch.setattr(torch.ops, "mkldnn", _OneDNNWithout(torch.ops.mkldnn, missing))
+    real = torch.ops.mkldnn
+    onednn_linear.cache_clear()
+    yield lambda **patches: monkeypatch.setattr(torch.ops, "mkldnn", PatchedOneDNN(real, **patches))
+    onednn_linear.cache_clear()
+
+
+def fallback_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
+    return [str(w.message) for w in caught if FALLBACK in str(w.message)]
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="PyTorch built without oneDNN")
+def test_sound_operators_are_probed_once_a_process_and_nothing_is_said(onednn):
+    """Two decoders of 2 + 2 layers pack 18 weights, but the product runs only for the probe's two cases (the
+    products of this small model stay below PACKED_MIN_WORK, and nothing is decoded), and no warning comes."""
+    calls = []
+    onednn(wrapped={PRODUCT: lambda op: lambda *args: calls.append(len(args)) or op(*args)})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        PackedDecoder(random_model(0))
+        PackedDecoder(random_model(1))
+    assert calls == [6, 6] and onednn_linear() is not None
+    assert fallback_warnings(caught) == []
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="PyTorch built without oneDNN")
+@pytest.mark.parametrize("error, accepted", [(2.0 ** -23, True), (1e-3, False)])
+def test_the_probe_allows_float32_rounding_and_not_more(onednn, error, accepted):
+    """A product off by one float32 rounding step (2⁻²³ of itself, under PROBE_TOL of its terms' sum) passes the
+    probe; one off by 1e-3 of itself, as from a lower precision, does not."""
+    assert 2.0 ** -23 < PROBE_TOL < 1e-3
+    onednn(wrapped={PRODUCT: lambda op: lambda *args: op(*args) * (1 + error)})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert (onednn_linear() is not None) is accepted
+    assert len(fallback_warnings(caught)) == (0 if accepted else 1)
+
+
+@pytest.mark.parametrize("patches, reason", [
+    (dict(missing={REORDER}), "lacks one"), (dict(missing={PRODUCT}), "lacks one"), MODES["missing"],
+    MODES["raising"], MODES["wrong"], (dict(raising={REORDER}), "they raise RuntimeError"),
+    (dict(wrong={REORDER}), "they disagree with F.linear")],
+    ids=["no reorder", "no product", "neither", "product raises", "product drops the bias", "reorder raises",
+         "reorder reverses rows"])
+def test_without_sound_onednn_operators_the_decoders_fall_back_to_f_linear(onednn, monkeypatch, patches, reason):
+    """A PyTorch whose oneDNN lacks either private operator PackedLinear calls, whose operators changed their
+    arguments (a call raises, as after a change of schema), or whose operators answer wrongly: one warning says
+    why, every layer keeps its weight and runs F.linear, even for products above PACKED_MIN_WORK (set to 0 here,
+    so that every product would otherwise be oneDNN's), and greedy decoding, beam search and sampling give the
+    plain model's outputs, as ``translate --engine packed`` needs after a torch upgrade."""
+    import transformer_lib.packed as packed_module
+    onednn(**patches)
     monkeypatch.setattr(packed_module, "PACKED_MIN_WORK", 0)
     model = random_model(3)
-    fast, src = PackedDecoder(model), sources(3, model)
-    layers, output = fast.packed()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fast, src = PackedDecoder(model), sources(3, model)
+        layers, output = fast.packed()
+        greedy = compare_outputs(model, src, greedy_decode(model, src), greedy_decode(fast, src))
+        beams = compare_outputs(model, src, beam(model, src), beam(fast, src), length_penalty=1.0)
+        draws = [sample(m, src, temperature=1.5, generator=torch.Generator().manual_seed(0)) for m in (model, fast)]
+        PackedDecoder(model)                                  # a second decoder: no second warning
+    said = fallback_warnings(caught)
+    assert len(said) == 1 and reason in said[0], said
     assert output.packed is None and all(lin.packed is None for layer in layers for lin in vars(layer).values()
                                          if isinstance(lin, PackedLinear))
-    greedy = compare_outputs(model, src, greedy_decode(model, src), greedy_decode(fast, src))
-    beams = compare_outputs(model, src, beam(model, src), beam(fast, src), length_penalty=1.0)
     assert greedy["different"] == 0 and beams["different"] == 0, (greedy, beams)
-    draws = [sample(m, src, temperature=1.5, generator=torch.Generator().manual_seed(0)) for m in (model, fast)]
     assert torch.equal(*draws)
 
 
@@ -303,7 +352,7 @@ def test_more_than_64_tokens_decode_as_the_plain_model(dtype):
         assert compare_outputs(model, src, theirs_beam, ours_beam, length_penalty=1.0)["different"] == 0
 
 
-# ---------------------------------------------------------------- packing again when the weights change
+# ---------------------------------------------------------------- a frozen snapshot, and repack()
 
 def test_unchanged_weights_are_packed_once():
     model = random_model(6)
@@ -340,43 +389,45 @@ def _to_double(model):
 
 
 @pytest.mark.parametrize("change", [_perturb, _sgd_step, _load_other, _to_double])
-def test_the_outputs_follow_a_change_of_the_weights(change):
-    """An in-place update (no_grad add_, an optimizer step, load_state_dict) or to(): the next decode packs
-    again and gives the changed model's tokens, not the old ones."""
+def test_repack_follows_a_change_of_the_weights(change):
+    """The packing is a snapshot: an in-place update (no_grad add_, an optimizer step, load_state_dict) or to()
+    leaves it as it was (nothing watches the weights); after repack() the decoder gives the changed model's
+    tokens, not the old ones."""
     model = random_model(7)
     fast, src = PackedDecoder(model), sources(7, model)
     before, packed = greedy_decode(fast, src), fast.packed()
     change(model)
     after = greedy_decode(model, src)
+    assert fast.packed() is packed
+    fast.repack()
+    assert fast.packed() is not packed
     if change is _to_double:                                 # the same numbers, in another dtype
         assert fast.packed()[0][0].qkv.weight.dtype == torch.float64
     else:
         assert not torch.equal(after, before)                # the change matters
-    assert fast.packed() is not packed
     assert compare_outputs(model, src, after, greedy_decode(fast, src))["different"] == 0
     assert fast.packed() is fast.packed()
 
 
-def test_weights_made_in_inference_mode_are_packed_at_every_decode():
-    """An inference tensor has no version counter: the wrapper cannot tell whether it changed, so it packs it
-    again each time, and still decodes as the model."""
+def test_weights_made_in_inference_mode_are_packed_once_and_decode_as_the_model():
     with torch.inference_mode():
         model = random_model(20)
     fast, src = PackedDecoder(model), sources(20, model)
-    assert fast.packed() is not fast.packed()
+    assert fast.packed() is fast.packed()
     assert compare_outputs(model, src, greedy_decode(model, src), greedy_decode(fast, src))["different"] == 0
 
 
-def test_a_write_through_data_needs_repack_and_repack_follows_it():
-    """A write through ``p.data`` escapes PyTorch's write count (the documented limit); after ``repack()`` the
-    outputs follow the new weights. Weights large enough that oneDNN copies
-    them (768 x 256) show that the copy, not the weight, is what repack replaces."""
+def test_a_write_through_data_is_followed_after_repack():
+    """A write through ``p.data`` (which PyTorch's count of in-place writes does not see) is followed too once
+    ``repack()`` is called. Weights large enough that oneDNN copies them (768 x 256) show that the copy, not the
+    weight, is what repack replaces."""
     torch.manual_seed(8)
     config = tl.TransformerConfig(40, 40, d_model=256, n_heads=4, n_encoder_layers=1, n_decoder_layers=1,
                                   d_ff=256, dropout=0.0, max_len=24)
     model = tl.Transformer(config).eval()
     fast, src = PackedDecoder(model), torch.randint(3, 40, (3, 6))
     packed = fast.packed()
+    assert packed[0][0].qkv.packed is not None or not torch.backends.mkldnn.is_available()
     with torch.no_grad():
         for p in model.parameters():
             p.data.add_(torch.randn_like(p))
@@ -472,6 +523,7 @@ def test_the_wrapper_shares_the_model():
 
 
 def test_a_training_models_mode_is_restored():
+    """The wrapper of a model in training mode is in training mode: a decode leaves both so."""
     model = random_model(13, dropout=0.1).train()
     fast, src = PackedDecoder(model), sources(13, model)
     for decode in (greedy_decode, beam, sample):
@@ -480,19 +532,25 @@ def test_a_training_models_mode_is_restored():
     model.eval()
 
 
-def test_the_models_mode_is_restored_whatever_the_wrappers():
-    """The wrapper's mode is the model's: a decode leaves an eval model in eval and a training one in training,
-    whichever mode the model was put in after the wrapper was made."""
+def test_the_wrapper_takes_the_models_mode_when_made_and_at_repack():
+    """No override of nn.Module's mode: the wrapper takes the model's mode when made and at repack(); its
+    train() and eval() set the model's; a decode leaves the model in the wrapper's mode."""
+    assert "training" not in vars(PackedDecoder) and PackedDecoder.train is nn.Module.train
     model = random_model(14, dropout=0.1)
     fast, src = PackedDecoder(model), sources(14, model)
     greedy_decode(fast, src)
     assert not model.training and not fast.training
-    model.train()
+    fast.train()
+    assert model.training
+    greedy_decode(fast, src)
+    assert model.training and fast.training
+    fast.eval()
+    assert not model.training
+    model.train()                                          # the model alone: repack() takes its mode
+    fast.repack()
     assert fast.training
     greedy_decode(fast, src)
     assert model.training
-    fast.eval()
-    assert not model.training
 
 
 def test_dropout_is_off_while_decoding():
@@ -527,7 +585,7 @@ def test_translate_lines_takes_a_packed_decoder(tokenizer):
     _perturb(model)
     fast = PackedDecoder(model)
     lines = [p.src for p in generate_pairs(6, seed=5)] + [""]
-    for kwargs in ({}, {"beam": 3}, {"sampling": True, "seed": 2}):
+    for kwargs in ({}, {"strategy": "beam", "beam_size": 3}, {"strategy": "sample", "seed": 2}):
         ours = translate_lines(fast, tokenizer, lines, batch_size=4, **kwargs)
         assert ours == translate_lines(model, tokenizer, lines, batch_size=4, **kwargs), kwargs
         assert len(ours) == len(lines) and ours[-1] == ""

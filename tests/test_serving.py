@@ -1,6 +1,7 @@
 """transformer_lib.serving: the export to CTranslate2 (book/appendix_serving.ipynb)."""
 from __future__ import annotations
 
+import copy
 import warnings
 
 import pytest
@@ -12,6 +13,7 @@ from transformer_lib.translation.tokenizer import BPETokenizer
 
 pytest.importorskip("ctranslate2")
 from transformer_lib.serving import (
+    CTRANSLATE2_BEAM,
     CTranslate2Model,
     compare_outputs,
     export_ctranslate2,
@@ -49,8 +51,8 @@ def test_greedy_equals_the_books_and_beam_mostly(name, tmp_path):
     src[2, 5:] = model.config.pad_id
     greedy = compare_outputs(model, src, tl.greedy_decode(model, src), engine.decode(src))
     assert greedy["different"] == 0, greedy
-    beam = tl.beam_search(model, src, beam_size=4, length_penalty=1.0, length_norm="power", early_stopping=True)[0]
-    counts = compare_outputs(model, src, beam, engine.decode(src, beam_size=4), 1.0)
+    beam = tl.beam_search(model, src, config=CTRANSLATE2_BEAM)[0]
+    counts = compare_outputs(model, src, beam, engine.decode(src, CTRANSLATE2_BEAM), 1.0)
     assert sum(counts.values()) == 12
     assert counts["different"] == 0, counts
 
@@ -99,3 +101,20 @@ def test_quantize_int8_keeps_the_model_and_decodes():
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     with pytest.raises(TypeError, match="model must be a Transformer"):
         quantize_int8(torch.nn.Linear(2, 2))
+
+
+def test_quantize_int8_passes_pytorchs_warnings_on():
+    """quantize_int8 silences nothing: it warns what torch.ao.quantization.quantize_dynamic warns on a copy of the
+    same model (PyTorch 2.13: that torch.ao.quantization is deprecated in favour of torchao, and that quantized
+    tensors are; PyTorch 2.5: nothing)."""
+    model = _model(3)
+
+    def warned(quantize) -> set[tuple[str, str]]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            quantize()
+        return {(w.category.__name__, str(w.message)) for w in caught}
+
+    theirs = warned(lambda: torch.ao.quantization.quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear},
+                                                                   dtype=torch.qint8))
+    assert warned(lambda: quantize_int8(model)) == theirs

@@ -1,12 +1,14 @@
 """Generated from book/appendix_serving.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: d238a2d0dcc4a4af
+# digest: a68fd91334abde53
 # fmt: off
 
 # [book/appendix_serving.ipynb, cell 6a70c904]
 from __future__ import annotations
 
+import functools
+import warnings
 from typing import Any
 
 import torch
@@ -14,9 +16,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_lib.decoding.greedy import DecodingStepper, Stepper
+from transformer_lib.decoding.loop import forbid_specials
 from transformer_lib.masks import padding_mask
 from transformer_lib.model import Transformer
-from transformer_lib.training.evaluation import forbid_specials
 
 #: the batch size oneDNN lays the packed weights out for; any batch works with them
 #: (measured: a layout for 8 rows or for 64 decodes 1 to 128 rows alike)
@@ -24,38 +26,111 @@ PACK_ROWS = 64
 #: the multiply-adds of one product below which F.linear is used all the same: a
 #: oneDNN call costs more to start (measured: about 15 µs against 3 µs a call)
 PACKED_MIN_WORK = 1 << 20
+#: how far the probe lets oneDNN's products stray from F.linear's, as a fraction of
+#: the sum of the terms' magnitudes: float32 rounding moves a sum of K products by at
+#: most about K·2⁻²⁴ of it (K = 64 in the probe: 4e-6); a wrong layout, a lost bias
+#: or a misread argument moves it by about the whole sum
+PROBE_TOL = 1e-5
 
 
+class _OneDNN:
+    """The two private operators, called the one way the probe and PackedLinear
+    both call them."""
+
+    def __init__(self, reorder: Any, product: Any):
+        self.reorder, self.product = reorder, product
+
+    def pack(self, weight: torch.Tensor) -> torch.Tensor:
+        return self.reorder(weight.contiguous(), PACK_ROWS)
+
+    def linear(self, x: torch.Tensor, packed: torch.Tensor,
+               bias: torch.Tensor | None) -> torch.Tensor:
+        return self.product(x, packed, bias, "none", [], "")
+
+
+def _said(error: Exception) -> str:
+    return f"{type(error).__name__}: {next(iter(str(error).splitlines()), '')}"
+
+
+# [book/appendix_serving.ipynb, cell fad56b57]
+def _probe() -> tuple[_OneDNN | None, str]:
+    """(the operators, "") if they pack and multiply as F.linear does, else (None,
+    why not)."""
+    version = f"PyTorch {torch.__version__}"
+    if not torch.backends.mkldnn.is_available():
+        return None, f"{version} is built without oneDNN"
+    try:
+        ops = _OneDNN(torch.ops.mkldnn._reorder_linear_weight,
+                      torch.ops.mkldnn._linear_pointwise)
+    except (AttributeError, RuntimeError) as error:
+        return None, f"{version} lacks one ({_said(error)})"
+    g = torch.Generator().manual_seed(0)
+    weight, bias = torch.randn(512, 64, generator=g), torch.randn(512, generator=g)
+    cases = ((torch.randn(2, 3, 64, generator=g), bias),      # (B, S, d), a bias
+             (torch.randn(5, 64, generator=g), None))         # (N, d), none
+    try:
+        with torch.no_grad(), torch.autocast("cpu", enabled=False):
+            packed = ops.pack(weight)
+            for x, b in cases:
+                out, ref = ops.linear(x, packed, b), F.linear(x, weight, b)
+                if out.shape != ref.shape or out.dtype != ref.dtype:
+                    return None, (f"in {version} they give {tuple(out.shape)} "
+                                  f"{out.dtype} for {tuple(ref.shape)} {ref.dtype}")
+                size = x.abs() @ weight.abs().T + (0 if b is None else b.abs())
+                off = ((out - ref).abs() / size).max().item()
+                if not off <= PROBE_TOL:                          # NaN fails too
+                    return None, (f"in {version} they disagree with F.linear (off by "
+                                  f"{off:.1e} of the terms' sum; rounding allows "
+                                  f"{PROBE_TOL:.0e})")
+    except Exception as error:                # a changed signature, say
+        return None, f"in {version} they raise {_said(error)}"
+    return ops, ""
+
+
+@functools.cache
+def onednn_linear() -> _OneDNN | None:
+    """The oneDNN operators :class:`PackedLinear` multiplies with, probed once a
+    process: called as PackedLinear calls them, on a 512 x 64 weight with a bias and
+    without, for 3-D and 2-D inputs, they must give F.linear's products within
+    :data:`PROBE_TOL`. None, with one ``RuntimeWarning`` that says why, where they are
+    missing, raise or disagree (``onednn_linear.cache_clear()`` probes again)."""
+    ops, why = _probe()
+    if ops is None:
+        warnings.warn("PackedLinear uses F.linear instead of PyTorch's private oneDNN "
+                      f"operators (the same products, slower): {why}", RuntimeWarning,
+                      stacklevel=2)
+    return ops
+
+
+# [book/appendix_serving.ipynb, cell 5c5dfa92]
 class PackedLinear:
     """``y = x Wᵀ + b`` of an ``nn.Linear``'s weight and bias, for inference.
 
-    On the CPU in float32, W is laid out once in oneDNN's blocked format (PyTorch's
-    ``torch.ops.mkldnn._reorder_linear_weight``, as its compiler does for frozen
-    models: a copy, or the weight itself where that format is its own) and each call
-    with enough work (:data:`PACKED_MIN_WORK`) is one oneDNN matrix product. For
-    smaller products, anywhere else (a GPU, another dtype, a PyTorch without
-    oneDNN), or under autocast, it is ``F.linear`` on the weight itself. No
-    gradients: call it under ``torch.no_grad()``. A copy does not follow later
-    changes of the weight: :class:`PackedDecoder` packs again when they change."""
+    On the CPU in float32, where :func:`onednn_linear` finds PyTorch's oneDNN
+    operators sound, W is laid out once in oneDNN's blocked format (as PyTorch's
+    compiler does for frozen models: a copy, or the weight itself where that format
+    is its own) and each call with enough work (:data:`PACKED_MIN_WORK`) is one oneDNN
+    matrix product. For smaller products, anywhere else (a GPU, another dtype, a
+    PyTorch whose operators are missing or fail the probe), or under autocast, it is
+    ``F.linear`` on the weight itself. No gradients: call it under
+    ``torch.no_grad()``. A snapshot: a copy does not follow later changes of the
+    weight (pack again: :meth:`PackedDecoder.repack`)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
         self.weight = weight.detach()
         self.bias = None if bias is None else bias.detach()
-        self.packed = None
-        if (self.weight.device.type == "cpu" and self.weight.dtype == torch.float32
-                and torch.backends.mkldnn.is_available()):
-            try:                           # both operators, or F.linear throughout
-                reorder = torch.ops.mkldnn._reorder_linear_weight
-                self.product = torch.ops.mkldnn._linear_pointwise
-                self.packed = reorder(self.weight.contiguous(), PACK_ROWS)
-            except (AttributeError, RuntimeError):     # an older or other build
-                self.packed = None
+        self.ops: _OneDNN | None = None
+        self.packed: torch.Tensor | None = None
+        if self.weight.device.type == "cpu" and self.weight.dtype == torch.float32:
+            self.ops = onednn_linear()
+            if self.ops is not None:
+                self.packed = self.ops.pack(self.weight)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if (self.packed is None or x.numel() * self.weight.size(0) < PACKED_MIN_WORK
-                or torch.is_autocast_enabled("cpu")):
+        if (self.ops is None or self.packed is None or torch.is_autocast_enabled("cpu")
+                or x.numel() * self.weight.size(0) < PACKED_MIN_WORK):
             return F.linear(x, self.weight, self.bias)
-        return self.product(x, self.packed, self.bias, "none", [], "")
+        return self.ops.linear(x, self.packed, self.bias)
 
     @classmethod
     def of(cls, linear: nn.Linear, rows: slice = slice(None)) -> PackedLinear:
@@ -198,17 +273,21 @@ class PackedDecoder(nn.Module):
     """A :class:`~transformer_lib.model.Transformer` prepared for decoding: chapter 11's
     decoders (``greedy_decode``, ``beam_search``, ``sample``, ``translate_lines``,
     ``token_scores``) take it in place of the model, and run the packed step.
+    Experimental: it rests on two private PyTorch operators, probed before use
+    (:func:`onednn_linear`), with ``F.linear`` in their place where they fail.
 
-    ``PackedDecoder(model)`` shares the model (no copy of it); the decoder's linear
-    layers and the output layer are packed on the first decode (:class:`PackedLinear`,
-    about as much memory again as those weights) and packed again whenever a weight has
-    changed since (an optimizer step, ``load_state_dict``, ``to()``; a write through
-    ``p.data`` escapes PyTorch's count of writes: call :meth:`repack` after one). The
-    model's mode is the wrapper's, so the decoders' eval mode is restored on the
-    model. The outputs are
-    the model's up to the rounding of other kernels: equal tokens but for near ties.
-    ``use_cache=False`` runs the model's own uncached :class:`Stepper`. ``forward(src,
-    tgt_in)`` is the model's (teacher forcing)."""
+    ``PackedDecoder(model)`` shares the model (no copy of it) and packs the decoder's
+    linear layers and the output layer at once (:class:`PackedLinear`, about as much
+    memory again as those weights): a frozen snapshot, as ``torch.jit.freeze`` makes.
+    After writing to the model's weights (an optimizer step, ``load_state_dict``,
+    ``to()``, a write through ``p.data``) call :meth:`repack`; until then a decode
+    mixes packed copies of the old weights with the new ones, or fails where their
+    dtype or device changed. The wrapper takes the model's mode when made and at
+    :meth:`repack`; its ``train()`` and ``eval()`` set the model's as ``nn.Module``'s
+    do, and a decode leaves the model in the wrapper's mode. The outputs are the
+    model's up to the rounding of other kernels: equal tokens but for near ties.
+    ``use_cache=False`` runs the model's own uncached :class:`Stepper`.
+    ``forward(src, tgt_in)`` is the model's (teacher forcing)."""
 
     def __init__(self, model: Transformer):
         super().__init__()
@@ -216,51 +295,27 @@ class PackedDecoder(nn.Module):
             raise TypeError(f"model must be a Transformer (chapter 9), got "
                             f"{type(model).__name__}")
         self.model = model
-        self._packed: tuple[list[_PackedLayer], Any] | None = None
-        self._key: tuple | None = None
+        self.repack()
 
     @property
     def config(self) -> Any:
         return self.model.config
 
-    @property
-    def training(self) -> bool:
-        """The model's mode (``nn.Module`` sets this before the model is there)."""
-        model = self.__dict__.get("_modules", {}).get("model")
-        return True if model is None else model.training
-
-    @training.setter
-    def training(self, mode: bool) -> None:
-        model = self.__dict__.get("_modules", {}).get("model")
-        if model is not None:
-            model.training = mode
-
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         return self.model(src, tgt_in)
 
-    def _weights_key(self) -> tuple | None:
-        """Where each weight lives and how often it was written in place (None: a
-        tensor without a version counter, made in inference mode: pack every time)."""
-        try:
-            return tuple((p.data_ptr(), p._version, p.dtype, p.device)
-                         for p in self.model.parameters())
-        except RuntimeError:
-            return None
+    def repack(self) -> None:
+        """Pack the model's weights again (after they changed), and take its mode."""
+        with torch.no_grad():
+            layers = [_PackedLayer(layer) for layer in self.model.decoder.layers]
+            out = self.model.output
+            output = PackedLinear.of(out) if isinstance(out, nn.Linear) else out
+        self._packed: tuple[list[_PackedLayer], Any] = (layers, output)
+        self.train(self.model.training)
 
     def packed(self) -> tuple[list[_PackedLayer], Any]:
-        """(the packed layers, the packed output layer), packed again if stale."""
-        key = self._weights_key()
-        if self._packed is None or key is None or key != self._key:
-            with torch.no_grad():
-                layers = [_PackedLayer(layer) for layer in self.model.decoder.layers]
-                out = self.model.output
-                output = PackedLinear.of(out) if isinstance(out, nn.Linear) else out
-            self._packed, self._key = (layers, output), key
+        """(the packed layers, the packed output layer), as :meth:`repack` left them."""
         return self._packed
-
-    def repack(self) -> None:
-        """Pack again at the next decode, whatever the weights' write counts say."""
-        self._packed = None
 
     def stepper(self, src: torch.Tensor, use_cache: bool = True) -> DecodingStepper:
         """The stepper of chapter 11's decoders for a checked ``src`` (B, S)."""
@@ -270,5 +325,6 @@ class PackedDecoder(nn.Module):
 
 
 __all__ = [
-    'PACK_ROWS', 'PACKED_MIN_WORK', 'PackedLinear', 'PackedStepper', 'PackedDecoder',
+    'PACK_ROWS', 'PACKED_MIN_WORK', 'PROBE_TOL', 'onednn_linear', 'PackedLinear',
+    'PackedStepper', 'PackedDecoder',
 ]

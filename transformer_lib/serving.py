@@ -1,7 +1,7 @@
 """Generated from book/appendix_serving.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 684bedcf819a5f3d
+# digest: d858d1b3b52bdba4
 # fmt: off
 
 # [book/appendix_serving.ipynb, cell f137de59]
@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import tempfile
-import warnings
 from pathlib import Path
 from typing import Any, cast
 
@@ -21,8 +20,8 @@ import torch
 from torch import nn
 
 from transformer_lib.checks import check_int
-from transformer_lib.decoding.greedy import (check_max_len, check_src,
-                                           default_max_len, token_scores)
+from transformer_lib.decoding.config import GenerationConfig
+from transformer_lib.decoding.greedy import check_settings, check_src, token_scores
 from transformer_lib.model import Transformer
 from transformer_lib.translation.model_dir import (CONFIG_FILE, TOKENIZER_KIND_FILE,
                                                    load_config_and_tokenizer,
@@ -220,6 +219,41 @@ def export_ctranslate2(model: Transformer, tokenizer: Any, out_dir: Any,
     return out
 
 
+# [book/appendix_serving.ipynb, cell a7f36481]
+def ctranslate2_refusal(config: GenerationConfig) -> tuple[str, str] | None:
+    """The field of ``config`` that CTranslate2 has no rule for, and why, or None: it
+    has no sampler of the book's, divides a beam's score by length ** alpha only (the
+    power form; "none" is alpha 0), and ends a sentence at beam_size finished
+    hypotheses (stop "first_k")."""
+    if config.strategy == "sample":
+        return "strategy", "CTranslate2Model decodes greedily or by beam search"
+    if config.strategy == "beam" and config.beam_size > 1:
+        if config.length_norm == "gnmt":
+            return "length_norm", "its beam search divides by n ** alpha only"
+        if config.stop != "first_k":
+            return "stop", "it ends a sentence at K finished hypotheses"
+    return None
+
+
+def ctranslate2_rules(config: GenerationConfig) -> tuple[int, float]:
+    """(beam_size, length_penalty) of ``translate_batch`` that apply ``config``, or a
+    ValueError naming the setting CTranslate2 cannot honour
+    (:func:`ctranslate2_refusal`)."""
+    refused = ctranslate2_refusal(config)
+    if refused is not None:
+        field, why = refused
+        raise ValueError(f"{field}={getattr(config, field)!r}: not with CTranslate2 "
+                         f"({why})")
+    beam = config.beam_size if config.strategy == "beam" else 1
+    return beam, 0.0 if config.length_norm == "none" else config.alpha
+
+
+#: CTranslate2's beam search as a GenerationConfig: four beams, the power form with
+#: alpha 1, first-k stopping
+CTRANSLATE2_BEAM = GenerationConfig(strategy="beam", beam_size=4, length_norm="power",
+                                    alpha=1.0, stop="first_k")
+
+
 # [book/appendix_serving.ipynb, cell add0cd38]
 class CTranslate2Model:
     """A model exported by :func:`export_ctranslate2`, run by a
@@ -250,22 +284,22 @@ class CTranslate2Model:
         config, tokenizer = load_config_and_tokenizer(Path(path) / BOOK_FOLDER)
         return cls(path, config, threads, tokenizer)
 
-    def decode(self, src: torch.Tensor, beam_size: int = 1,
-               max_len: int | None = None, length_penalty: float = 1.0
-               ) -> torch.Tensor:
-        """src (B, S) ids -> ids (B, T): greedy (``beam_size=1``) or beam search, as
-        :func:`~transformer_lib.decoding.greedy.greedy_decode` and
-        :func:`~transformer_lib.decoding.beam.beam_search` with
-        ``length_norm="power"`` and ``early_stopping=True`` (CTranslate2's rules).
-        ``max_len`` None: each sentence its own ``2·S + 10``, as the book's."""
+    def decode(self, src: torch.Tensor, config: GenerationConfig | None = None,
+               **settings: Any) -> torch.Tensor:
+        """src (B, S) ids -> ids (B, T), laid out as the book's decoders' output,
+        with the settings of ``config`` (a GenerationConfig; None: the defaults) and
+        the keywords given (the names of ``beam_search``'s). CTranslate2 applies greedy
+        decoding, or
+        beam search with ``length_norm`` "power" (or "none") and ``stop`` "first_k"
+        (:func:`ctranslate2_rules`); any other rule, or sampling, raises a ValueError
+        naming the setting: it never decodes with another rule than the one asked for.
+        Each sentence's limit: ``config.limits`` (a·S + b, at most the model's
+        max_len)."""
         c = self.config
         src = check_src(cast(Any, self), src).cpu()
-        beam_size = check_int(beam_size, "beam_size")
-        lengths = (src != c.pad_id).sum(dim=1)                            # (B,)
-        if max_len is None:                   # each sentence its own, as the book's
-            limits = default_max_len(lengths, c.max_len)
-        else:
-            limits = torch.full_like(lengths, check_max_len(cast(Any, self), max_len))
+        config = check_settings(cast(Any, self), None, config, settings)
+        beam_size, length_penalty = ctranslate2_rules(config)
+        limits = config.limits((src != c.pad_id).sum(dim=1), c.max_len)        # (B,)
         rows: list[list[int]] = [[] for _ in range(src.size(0))]
         for limit in limits.unique().tolist():           # one call per limit
             index = (limits == limit).nonzero()[:, 0].tolist()
@@ -324,22 +358,20 @@ def quantize_int8(model: Transformer) -> Transformer:
     """A copy of ``model`` whose linear layers compute in int8 (PyTorch's dynamic
     quantization: int8 weights, each activation scaled on the fly), for the CPU. The
     cross-attention's fused projection stays float32: its rows are used in two
-    parts (queries; keys and values), which a quantized layer cannot slice."""
+    parts (queries; keys and values), which a quantized layer cannot slice.
+    PyTorch 2.13 marks ``torch.ao.quantization`` deprecated in favour of the separate
+    torchao package, with no replacement inside PyTorch: its warnings pass through."""
     if not isinstance(model, Transformer):
         raise TypeError(f"model must be a Transformer, got {type(model).__name__}")
     names = {name for name, module in model.named_modules()
              if isinstance(module, nn.Linear)
              and not name.endswith("cross_attn.in_proj")}
     quantized = copy.deepcopy(model).cpu().eval()
-    with warnings.catch_warnings():      # torch's notice that this API will move
-        warnings.filterwarnings("ignore", message=".*quantiz", category=UserWarning)
-        warnings.filterwarnings("ignore", message=".*quantiz",
-                                category=DeprecationWarning)
-        return torch.ao.quantization.quantize_dynamic(quantized, names,
-                                                      dtype=torch.qint8)
+    return torch.ao.quantization.quantize_dynamic(quantized, names, dtype=torch.qint8)
 
 
 __all__ = [
     'BOOK_FOLDER', 'token_strings', 'CT2_ACTIVATIONS', 'model_spec', 'QUANTIZATIONS',
-    'export_ctranslate2', 'CTranslate2Model', 'compare_outputs', 'quantize_int8',
+    'export_ctranslate2', 'ctranslate2_refusal', 'ctranslate2_rules',
+    'CTRANSLATE2_BEAM', 'CTranslate2Model', 'compare_outputs', 'quantize_int8',
 ]

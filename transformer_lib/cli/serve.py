@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: a7eae292f1c20295
+# digest: 04364e407e2dad5c
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell 3c9611f9]
@@ -12,7 +12,8 @@ from pathlib import Path
 import torch
 
 from transformer_lib.packed import PackedDecoder
-from transformer_lib.serving import CTranslate2Model, export_ctranslate2, quantize_int8
+from transformer_lib.serving import (CTranslate2Model, ctranslate2_refusal,
+                                      export_ctranslate2, quantize_int8)
 from transformer_lib.decoding.config import GenerationConfig
 from transformer_lib.translation.model_dir import GENERATION_FILE, load_model_dir
 from transformer_lib.translation.model_dir import load_generation_config
@@ -85,45 +86,36 @@ def torch_model(args):
     return quantize_int8(model), tokenizer
 
 
-def ctranslate2_settings(config: GenerationConfig,
-                         table: int) -> tuple[int, int | None, float]:
-    """(beam size, max_len, length_penalty) for ``CTranslate2Model.decode`` that apply
-    ``config``'s rules, or a UsageError naming what CTranslate2 cannot honour: it
-    samples with no sampler of the book's, normalises beam scores by n ** alpha only
-    (``length_norm`` "power", or "none" as alpha 0) and ends a sentence at beam_size
-    finished hypotheses (``stop`` "first_k"); the wrapper takes the limit 2·S + 10 or
-    one fixed limit (a = 0)."""
-    if config.strategy == "sample":
-        raise UsageError("--sample: not with --engine ctranslate2 (no sampler of the "
-                         "book's there)")
-    beam = config.beam_size if config.strategy == "beam" else 1
-    if beam > 1 and config.length_norm == "gnmt":
-        raise UsageError("--length-norm gnmt: not with --engine ctranslate2, whose "
-                         "beam search divides by n ** alpha (pass --length-norm power)")
-    if beam > 1 and config.stop != "first_k":
-        raise UsageError(f"--stop {config.stop}: not with --engine ctranslate2, which "
-                         "ends a sentence at K finished hypotheses (pass --stop "
-                         "first_k)")
-    a, b = config.max_len_a, config.max_len_b
-    if (a, b) != (2.0, 10) and a != 0:
-        raise UsageError(f"--max-len-a {a}: not with --engine ctranslate2 (2 x source "
-                         "+ 10, or --max-len N)")
-    max_len = None if a != 0 else min(max(b, 1), table)
-    return beam, max_len, 0.0 if config.length_norm == "none" else config.alpha
+#: the flag of each setting CTranslate2 may refuse, and what it takes instead
+CT2_FLAGS = {"strategy": ("--sample", "greedy or --beam-size K"),
+             "length_norm": ("--length-norm", "pass --length-norm power"),
+             "stop": ("--stop", "pass --stop first_k")}
+
+
+def check_ctranslate2(config: GenerationConfig) -> None:
+    """A UsageError naming the flag whose rule CTranslate2 does not have (serving's
+    ``ctranslate2_refusal``): the engine never decodes with another rule."""
+    refused = ctranslate2_refusal(config)
+    if refused is not None:
+        field, why = refused
+        flag, instead = CT2_FLAGS[field]
+        value = "" if field == "strategy" else f" {getattr(config, field)}"
+        raise UsageError(f"{flag}{value}: not with --engine ctranslate2 ({why}: "
+                         f"{instead})")
 
 
 def translate_engine(engine: CTranslate2Model, lines: list[str],
                      config: GenerationConfig, batch_size: int,
                      on_too_long) -> list[str]:
     """``lines`` translated by ``engine`` with ``config``'s settings (refused when
-    CTranslate2 cannot honour them: :func:`ctranslate2_settings`) through chapter 12's
+    CTranslate2 cannot honour them: :func:`check_ctranslate2`) through chapter 12's
     ``translate_with``, as ``translate_lines`` would: tokenised once, a line longer than
     the model's ``max_len`` tokens handed to ``on_too_long(number, n_tokens)`` then
     cut, sorted by length, decoded ``batch_size`` at a time."""
-    beam, max_len, alpha = ctranslate2_settings(config, engine.config.max_len)
+    check_ctranslate2(config)
 
     def decode(src: torch.Tensor) -> torch.Tensor:
-        return engine.decode(src, beam, max_len, alpha)                       # (B, T)
+        return engine.decode(src, config)                                     # (B, T)
     return translate_with(engine.config, torch.device("cpu"), engine.tokenizer, lines,
                           decode, batch_size, None, on_too_long)
 
