@@ -1,7 +1,7 @@
 """Generated from book/11_decoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 293ea7e51f3e076c
+# digest: 4c4f1da8c7f065d1
 # fmt: off
 
 # [book/11_decoding.ipynb, cell 5814e656]
@@ -111,7 +111,7 @@ def check_max_len(model: Seq2SeqModel, max_len: Any) -> int:
 def default_max_len(src_lengths: torch.Tensor,
                     limit: int | None = None) -> torch.Tensor:
     """Each sentence's default output length, the most tokens to generate after bos:
-    :meth:`GenerationConfig.limits` of the defaults, ``2·S + 10`` for a source of S
+    ``GenerationConfig.limits`` of the defaults, ``2·S + 10`` for a source of S
     tokens (pad not counted), capped at ``limit`` (the model's ``config.max_len``).
     src_lengths (B,) -> (B,)."""
     return GenerationConfig().limits(src_lengths, limit)
@@ -120,7 +120,7 @@ def default_max_len(src_lengths: torch.Tensor,
 def check_settings(model: Any, strategy: str | None, config: Any,
                    settings: dict[str, Any]) -> GenerationConfig:
     """The decoding settings of a call: ``config`` with the keyword ``settings`` given
-    (:func:`resolve_config`). ``max_len``, a fixed limit, is checked against the model
+    (``resolve_config``). ``max_len``, a fixed limit, is checked against the model
     (:func:`check_max_len`) and stands for ``max_len_a=0, max_len_b=max_len``."""
     settings = dict(settings)
     max_len = settings.pop("max_len", None)

@@ -1,7 +1,7 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: e19f8dffbb91f9aa
+# digest: ba7dc06c8334952e
 # fmt: off
 
 # [book/12_translation.ipynb, cell 4d681ebd]
@@ -33,8 +33,9 @@ def translate_lines(model: Transformer, tokenizer: TextTokenizer, lines: Iterabl
     """Translate each string of ``lines``; one output per input, in order; an empty line
     gives ''.
 
-    The decoding settings are ``config``, a :class:`~transformer_lib.decoding.config.
-    GenerationConfig` (None: the defaults, greedy decoding), and keywords given, any
+    The decoding settings are ``config``, a
+    :class:`~transformer_lib.decoding.config.GenerationConfig` (None: the defaults,
+    greedy decoding), and keywords given, any
     of its fields (``strategy="beam"``, ``beam_size=5``, ``alpha=1.0``, ...) or
     ``max_len`` (one fixed limit for every line, at most the model's ``max_len``),
     replace its fields. ``strategy`` "beam" with beam_size > 1: beam search; "sample":
