@@ -232,7 +232,11 @@ def test_under_torchrun_an_error_is_printed_once_and_torchruns_report_carries_it
     printed = run.stdout + run.stderr
     assert run.returncode == 1
     assert printed.splitlines().count(line) == 1, printed              # rank 0 alone prints it
-    assert printed.count(f"traceback : {line}") == 2, printed          # each process's error record
+    # torchrun's report names the first failure as the root cause and carries its error record; whether the other
+    # rank's record is listed too depends on which process the launcher stops first (torch 2.9 often stops it before
+    # it writes one), so the report is asserted to carry the line, once or twice, and nothing else as a traceback.
+    records = printed.count("traceback : ")
+    assert 1 <= printed.count(f"traceback : {line}") == records <= 2, printed
     assert "To enable traceback" not in printed
 
 
