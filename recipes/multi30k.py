@@ -29,27 +29,38 @@ paired test of a variant against the run in BASE. A file written before the reci
 cannot be rescored: it holds 20 sample translations, not the test set's.
 
 Running it again with the same ``--work`` continues: training resumes from the run's checkpoint (the
-tool's ``--resume``), or is skipped when it has made its ``--steps``; translations of an unchanged model
-are reused. ``--smoke`` runs the same steps on 1000 pairs with a tiny model for 30 updates (the tests).
+tool's ``--resume``), or is skipped when it has made its ``--steps``; translations are reused while the
+model's files, the test set and the decoding options are the same (their SHA-256). ``--smoke`` runs the
+same steps on 1000 pairs with a tiny model for 30 updates (the tests). An ``--out`` that would replace a
+file the recipe reads (a data file, anything in ``--data`` outside ``--work``, a file of the run in
+``--work``, the ``--against`` file) is refused before anything runs.
 
 Usage: ``python recipes/multi30k.py --data DIR [--work DIR] [--out FILE] [--steps N] [--smoke]
 [--against FILE]``, or ``python recipes/multi30k.py rescore FILE [--against FILE]`` (``--help`` for every
-option). Exit status: 0; 1 on an error (one line on stderr); 130 after Ctrl-C.
+option). Exit status: 0; 1 on an error (one line on stderr, naming the file: a damaged gzip, a damaged
+``recipe.json``, ...); 2 for a bad option; 130 after Ctrl-C (SIGINT), 143 after SIGTERM, 129 after SIGHUP,
+each sent to the recipe alone or to its process group: the tool runs in a process group of its own, the
+recipe hands it the signal once and waits while it saves the run, then says in one line how to go on (the
+same command continues).
 """
 from __future__ import annotations
 
 import argparse
 import datetime
 import gzip
+import hashlib
 import json
 import os
 import platform
 import re
 import resource
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
+import zlib
 from pathlib import Path
 from typing import cast
 
@@ -64,7 +75,14 @@ from transformer_lib.training.checkpoint import CheckpointError, checkpoint_step
 from transformer_lib.training.metrics_log import METRICS_FILE, read_metrics
 from transformer_lib.translation.corpus import read_aligned, write_tsv
 from transformer_lib.translation.metrics import bleu_ci, corpus_bleu, paired_bleu_ci
-from transformer_lib.translation.model_dir import load_config_and_tokenizer
+from transformer_lib.translation.model_dir import (
+    CONFIG_FILE,
+    GENERATION_FILE,
+    TOKENIZER_FILE,
+    TOKENIZER_KIND_FILE,
+    WEIGHTS_FILE,
+    load_config_and_tokenizer,
+)
 from transformer_lib.translation.tokenizer import BPETokenizer, encode_pairs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,6 +107,85 @@ LOSS_LINE = re.compile(r"^step (\d+)/\d+: loss (\S+), lr (\S+), ")
 
 class RecipeError(Exception):
     """An error the recipe reports as one line (exit status 1)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT, SIGTERM or SIGHUP, raised like Ctrl-C (so that a training segment is still recorded);
+    ``signum`` says which."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+#: the signals the recipe stops on: their names in its last line, and its exit status
+SIGNALS = {signal.SIGINT: ("Ctrl-C", 130), signal.SIGTERM: ("SIGTERM", 143)}
+if hasattr(signal, "SIGHUP"):
+    SIGNALS[signal.SIGHUP] = ("SIGHUP", 129)
+
+
+def on_signals(handler, signals=None) -> dict:
+    """Install ``handler`` for ``signals`` (default: every one of ``SIGNALS``) in the main thread, leaving
+    an ignored one ignored (``nohup``, a background job); -> the previous handlers, for ``restore``."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous = {}
+    for sig in SIGNALS if signals is None else signals:
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            previous[sig] = signal.signal(sig, handler)
+    return previous
+
+
+def restore(previous: dict) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+
+
+class ShapeError(ValueError):
+    """A JSON file holds a value of another type than the recipe reads there (the message says where)."""
+
+
+def _kind(value) -> str:
+    """The JSON type of ``value``, in words."""
+    for types, name in ((dict, "an object"), (list, "a list"), (str, "a string"), (bool, "a boolean"),
+                        ((int, float), "a number")):
+        if isinstance(value, types):
+            return name
+    return "null"
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_strings(value) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+#: the checks of a JSON value: (test, what is expected, in words)
+OBJECT, LIST = (lambda v: isinstance(v, dict), "an object"), (lambda v: isinstance(v, list), "a list")
+NUMBER, STRING = (_is_number, "a number"), (lambda v: isinstance(v, str), "a string")
+STRINGS, INT = (_is_strings, "a list of strings"), (lambda v: isinstance(v, int) and not isinstance(v, bool),
+                                                    "an integer")
+
+
+def check(value, where: str, expected: tuple):
+    """``value`` (at ``where``, e.g. ``"segments"[0]``), checked to be ``expected``; -> it."""
+    test, words = expected
+    if not test(value):
+        raise ShapeError(f"{where} is {_kind(value)}, expected {words}")
+    return value
+
+
+def field(obj: dict, key: str, where: str, expected: tuple, required: bool = True):
+    """``obj[key]`` checked to be ``expected`` (``where``: the path of ``obj``, "" at the top); a missing
+    one is an error if ``required``, else None."""
+    path = f"{where}: {json.dumps(key)}" if where else json.dumps(key)
+    if key not in obj:
+        if required:
+            raise ShapeError(f"{path} is missing")
+        return None
+    return check(obj[key], path, expected)
 
 
 _count = number_option(int, check_int)                                  # an int >= 1
@@ -135,6 +232,42 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def check_out(args) -> None:
+    """Refuse an ``--out`` that would replace a file the recipe reads or writes, before anything runs: a
+    raw data file (or anything in ``--data`` outside ``--work``), a file of the run in ``--work`` (its
+    model, averaged model, corpus, record, log and translations), or the ``--against`` file; the same file
+    under another name (a hard link; a symbolic link is resolved already) too."""
+    out, work = args.out, args.work
+    raw = [args.data / f"{stem}.{lang}{gz}" for stem in SPLITS.values() for lang in ("de", "en")
+           for gz in ("", ".gz")]
+    run_files = [work / "recipe.json", work / "train.log", *work.glob("hyp.*.en")]
+    run_folders = [work / "model", work / "averaged", work / "corpus"]
+    against = [args.against.resolve()] if args.against else []
+    why = None
+    if out in raw:
+        why = "a data file the recipe reads"
+    elif _inside(out, args.data) and not _inside(out, work):
+        why = f"inside --data {args.data}, which holds the data (the recipe writes into --work)"
+    elif (out in run_files or (out.parent == work and re.fullmatch(r"hyp\..+\.en", out.name))
+          or any(_inside(out, folder) for folder in run_folders)):
+        why = f"a file of the run in --work {work}"
+    elif out in against:
+        why = "the --against file, which the recipe reads"
+    elif out.is_file():
+        inode = (out.stat().st_dev, out.stat().st_ino)
+        others = [*raw, *run_files, *against, *(p for folder in run_folders if folder.is_dir()
+                                                for p in folder.rglob("*"))]
+        same = next((p for p in others if p.is_file() and (p.stat().st_dev, p.stat().st_ino) == inode), None)
+        if same is not None:
+            why = f"the same file as {same} (a hard link), which the recipe reads"
+    if why:
+        raise RecipeError(f"--out {out}: {why}; the result would replace it: give another --out")
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
 def raw_file(data: Path, stem: str, lang: str) -> Path:
     """DATA/stem.lang (or stem.lang.gz); a missing file is one line saying where they are published."""
     for name in (f"{stem}.{lang}", f"{stem}.{lang}.gz"):
@@ -154,15 +287,22 @@ def prepare_corpus(args) -> dict:
     corpus.mkdir(parents=True, exist_ok=True)
     pairs = {}
     for split, paths in files.items():
-        plain = []
+        plain, copies = [], {}
         for path in paths:
             if path.suffix == ".gz":           # decompressed beside the corpus, as read_aligned reads text
                 target = corpus / path.name.removesuffix(".gz")
-                atomic_write(target, gzip.decompress(path.read_bytes()))
-                path = target
+                atomic_write(target, gunzip(path))
+                copies[str(target)], path = str(path), target
             plain.append(path)
+        try:
+            aligned = read_aligned(*plain)
+        except ValueError as exc:          # it names the file it read: the .gz file, not its copy
+            message = str(exc)
+            for copy, origin in copies.items():
+                message = message.replace(copy, origin)
+            raise RecipeError(message) from None
         # a few sentences hold a tab (train.de line 7367): one space between words, as sacreBLEU reads them
-        got = [(" ".join(src.split()), " ".join(tgt.split())) for src, tgt in read_aligned(*plain)]
+        got = [(" ".join(src.split()), " ".join(tgt.split())) for src, tgt in aligned]
         pairs[split] = got[:SMOKE_PAIRS[split]] if args.smoke else got
     write_tsv(pairs["train"], corpus / "train.tsv")
     write_tsv(pairs["valid"], corpus / "valid.tsv")
@@ -171,25 +311,54 @@ def prepare_corpus(args) -> dict:
     return pairs
 
 
+def gunzip(path: Path) -> bytes:
+    """The content of the gzipped file ``path``; a damaged one is one line naming it."""
+    data = path.read_bytes()
+    try:
+        return gzip.decompress(data)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise RecipeError(f"{path}: damaged gzip ({' '.join(str(exc).split()) or type(exc).__name__}); the "
+                          f"Multi30k task 1 raw files are published at {PUBLISHED}") from None
+
+
 def run_tool(arguments: list, what: str, log: Path | None = None) -> float:
-    """Run ``python -m transformer_lib ARGUMENTS``, its stderr shown (and appended to ``log``); -> seconds."""
+    """Run ``python -m transformer_lib ARGUMENTS``, its stderr shown (and appended to ``log``); -> seconds.
+
+    The tool runs in a process group of its own, and a SIGINT (Ctrl-C at a terminal), SIGTERM or SIGHUP
+    that reaches the recipe is handed to it once from here (SIGHUP as SIGTERM: the tool saves the run on
+    both): it saves what it can and ends, and the recipe raises :class:`Interrupted` after it has ended,
+    never leaving it running. A second signal is handed on too (the tool then stops at once)."""
     cmd = [sys.executable, "-m", "transformer_lib", *map(str, arguments)]
-    start, last = time.perf_counter(), ""
-    with subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                          encoding="utf-8", errors="replace") as proc:
-        assert proc.stderr is not None
-        with open(log, "a", encoding="utf-8") if log else open(os.devnull, "w") as copy:
-            try:
-                for line in proc.stderr:
-                    sys.stderr.write(line)
-                    copy.write(line)
-                    copy.flush()                   # the curve survives a killed recipe
-                    last = line.strip() or last
-            except KeyboardInterrupt:          # the tool has its Ctrl-C too: let it save and say where
-                for line in proc.stderr:
-                    sys.stderr.write(line)
-                    copy.write(line)
-                raise
+    start, last, received, sent = time.perf_counter(), "", [], []
+    proc: subprocess.Popen | None = None
+    hangup = getattr(signal, "SIGHUP", None)
+
+    def forward(signum: int, frame) -> None:
+        received.append(signum)
+        if proc is not None:
+            sent.append(signum)
+            proc.send_signal(signal.SIGTERM if signum == hangup else signum)
+
+    previous = on_signals(forward)
+    try:
+        if received:
+            raise Interrupted(received[0])
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                encoding="utf-8", errors="replace", start_new_session=True)
+        if received and not sent:          # it came while the tool was being started
+            sent.append(received[0])
+            proc.send_signal(signal.SIGTERM if received[0] == hangup else received[0])
+        with proc, open(log, "a", encoding="utf-8") if log else open(os.devnull, "w") as copy:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                sys.stderr.write(line)
+                copy.write(line)
+                copy.flush()                   # the curve survives a killed recipe
+                last = line.strip() or last
+    finally:
+        restore(previous)
+    if received:
+        raise Interrupted(received[0])
     if proc.returncode:
         raise RecipeError(f"{what} failed (exit {proc.returncode}): {last}")
     return time.perf_counter() - start
@@ -209,11 +378,53 @@ def tool_has(words: list[str], option: str) -> bool:
     return run.returncode == 0 and option in run.stdout
 
 
+def read_json(file: Path) -> object:
+    """The JSON value in ``file``; a file that cannot be read, or is not UTF-8 JSON, raises ShapeError
+    saying why (the caller names the file)."""
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        raise ShapeError(f"could not read it: {exc.strerror or exc}") from None
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ShapeError(f"not UTF-8: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ShapeError(f"not JSON: {exc}") from None
+
+
+def check_state(state) -> None:
+    """The shape of a recipe.json (the values the recipe reads from it), or ShapeError saying where."""
+    check(state, "the file", OBJECT)
+    field(state, "fixed", "", OBJECT, required=False)
+    for i, segment in enumerate(field(state, "segments", "", LIST, required=False) or []):
+        where = f'"segments"[{i}]'
+        check(segment, where, OBJECT)
+        field(segment, "seconds", where, NUMBER)
+        field(segment, "cpu_seconds", where, NUMBER, required=False)
+    for name, known in (field(state, "translations", "", OBJECT, required=False) or {}).items():
+        where = f'"translations"[{json.dumps(name)}]'
+        check(known, where, OBJECT)
+        field(known, "seconds", where, NUMBER)
+    if (average := field(state, "average", "", OBJECT, required=False)) is not None:
+        field(average, "seconds", '"average"', NUMBER)
+        field(average, "checkpoints", '"average"', STRINGS)
+        field(average, "from", '"average"', STRING)
+    field(state, "train_command", "", STRINGS, required=False)
+
+
 def load_state(args) -> dict:
     """WORK/recipe.json: the run's fixed options, its training segments, its translations. Another value
-    of a fixed option than the run's is an error naming it."""
+    of a fixed option than the run's is an error naming it; a damaged file is one line naming it."""
     file, fixed = args.work / "recipe.json", {name: getattr(args, name) for name in FIXED}
-    state = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
+    try:
+        state = read_json(file) if file.is_file() else {}
+        check_state(state)
+    except ShapeError as exc:
+        raise RecipeError(f"{file}: damaged ({exc}); remove it to begin the record again (the run in "
+                          f"{args.work / 'model'} is kept, the times recorded so far are lost), or give "
+                          "another --work") from None
+    assert isinstance(state, dict)
     for name, value in state.get("fixed", {}).items():
         if fixed.get(name) != value:
             option = "--" + name.replace("_", "-")
@@ -284,17 +495,35 @@ def stamp(path: Path) -> str:
     return f"{info.st_size}-{info.st_mtime_ns}"
 
 
+def sha256(path: Path) -> str:
+    """The SHA-256 of the file's content, in hex."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+#: the files of a model directory that translate reads
+MODEL_FILES = (WEIGHTS_FILE, CONFIG_FILE, TOKENIZER_FILE, TOKENIZER_KIND_FILE, GENERATION_FILE)
+
+
 def translate(args, state: dict, name: str, model: Path, beam: int) -> list[str]:
-    """test.de translated by the model in ``model`` (reused while the model is unchanged)."""
+    """test.de translated by the model in ``model``; the hypotheses are reused while the model's files,
+    test.de and the decoding options are what they were (their SHA-256, not their size and time), and the
+    hypothesis file is the one written then."""
     out, known = args.work / f"hyp.{name}.en", state["translations"].get(name, {})
-    key = stamp(model / "model.safetensors")
-    if known.get("model") != key or not out.is_file():
+    source = args.work / "corpus" / "test.de"
+    key = {"model": {file: sha256(model / file) for file in MODEL_FILES if (model / file).is_file()},
+           "input": sha256(source), "options": {"beam": beam, "device": args.device}}
+    if known.get("key") != key or not out.is_file() or known.get("output") != sha256(out):
         command = ["translate", "--model", model, "--output", out, "--beam", beam, "--device", args.device,
-                   args.work / "corpus" / "test.de"]
+                   source]
         if args.threads:
             command += ["--threads", args.threads]
         seconds = run_tool(command, f"translate ({name})")
-        state["translations"][name] = {"model": key, "seconds": seconds, "command": [str(a) for a in command]}
+        state["translations"][name] = {"key": key, "output": sha256(out), "seconds": seconds,
+                                       "command": [str(a) for a in command]}
         save_state(args, state)
     text = out.read_text(encoding="utf-8")
     return text.removesuffix("\n").split("\n") if text else []
@@ -379,14 +608,30 @@ def load_baseline(path: Path | None) -> dict | None:
     if path is None:
         return None
     try:
-        base = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+        base = read_json(path)
+    except ShapeError as exc:
         raise RecipeError(f"--against {path}: cannot read it as a result file ({exc})") from None
-    if not isinstance(base, dict) or "hypotheses" not in base.get("outputs", {}):
+    if not isinstance(base, dict) or not isinstance(base.get("outputs"), dict) or \
+            "hypotheses" not in base["outputs"]:
         raise RecipeError(f"--against {path}: it holds no hypotheses (a file recorded before the recipe "
                           "stored them), so no paired test can be made against it")
+    try:
+        check_outputs(base["outputs"])
+    except ShapeError as exc:
+        raise RecipeError(f"--against {path}: damaged ({exc})") from None
     base["file"] = path.name
     return base
+
+
+def check_outputs(outputs: dict) -> None:
+    """The shape of a result file's ``outputs`` (every hypothesis of each system, one a reference), or
+    ShapeError saying where."""
+    references = field(outputs, "references", '"outputs"', STRINGS)
+    for name, hyps in field(outputs, "hypotheses", '"outputs"', OBJECT).items():
+        where = f'"outputs": "hypotheses"[{json.dumps(name)}]'
+        check(hyps, where, STRINGS)
+        if len(hyps) != len(references):
+            raise ShapeError(f"{where}: {len(hyps)} hypotheses for {len(references)} references")
 
 
 def against(hypotheses: dict[str, list[str]], references: list[str], base: dict, seed: int) -> dict:
@@ -465,6 +710,7 @@ def commit() -> tuple[str | None, bool | None]:
 
 
 def run(args) -> dict:
+    check_out(args)
     baseline = load_baseline(args.against)       # checked before anything is trained
     pairs = prepare_corpus(args)
     state = load_state(args)
@@ -530,14 +776,21 @@ def rescore(path: Path, baseline_path: Path | None = None) -> dict:
     """Score the result file ``path`` again from its stored hypotheses (every metric of ``scores``), and
     rewrite it atomically; everything else in it is kept. A file without hypotheses is an error saying so."""
     try:
-        result = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+        result = read_json(path)
+    except ShapeError as exc:
         raise RecipeError(f"{path}: cannot read it as a result file ({exc})") from None
     outputs = result.get("outputs") if isinstance(result, dict) else None
-    if not outputs or "hypotheses" not in outputs:
-        samples = len(result.get("samples", [])) if isinstance(result, dict) else 0
-        raise RecipeError(f"{path}: it holds no hypotheses, only {samples} sample translations (it was "
+    if not isinstance(outputs, dict) or "hypotheses" not in outputs:
+        samples = result.get("samples") if isinstance(result, dict) else None
+        raise RecipeError(f"{path}: it holds no hypotheses, only "
+                          f"{len(samples) if isinstance(samples, list) else 0} sample translations (it was "
                           "recorded before the recipe stored them), so it cannot be scored again")
+    assert isinstance(result, dict)
+    try:
+        check_outputs(outputs)
+        field(field(result, "options", "", OBJECT), "seed", '"options"', INT)
+    except ShapeError as exc:
+        raise RecipeError(f"{path}: damaged ({exc}); it cannot be scored again") from None
     baseline = load_baseline(baseline_path)
     result["scores"] = scores(outputs["hypotheses"], outputs["references"], result["options"]["seed"],
                               baseline)
@@ -561,24 +814,52 @@ def report(result: dict, out: Path) -> None:
     print(f"{s['bleu_signature']}\nwritten: {out}", flush=True)
 
 
+def where_to_go_on(args: argparse.Namespace | None, rescored: Path | None) -> str:
+    """What the last line after an interruption says: how to go on, as the files say."""
+    if rescored is not None:
+        return f"{rescored} was left as it was; the same command scores it again"
+    if args is None:
+        return "nothing was done: the same command starts the run"
+    run_dir = args.work / "model"
+    try:
+        step = steps_done(run_dir)
+    except Exception:                      # an unreadable file: the tool says so on --resume
+        step = 0
+    if step == 0:
+        return "nothing trained yet: the same command starts the run"
+    return f"the same command continues from the run's last checkpoint (step {step} in {run_dir})"
+
+
+def _raise_interrupted(signum: int, frame) -> None:
+    raise Interrupted(signum)
+
+
 def main(argv=None) -> int:
+    """Exit status: 0; 1 after an error (one line); 2 for a bad option; 130 after Ctrl-C (SIGINT), 143
+    after SIGTERM, 129 after SIGHUP, the run saved (a training under way is stopped by the tool, which
+    saves its checkpoint), with one line saying how to go on."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    args, rescored = None, None
+    previous = on_signals(_raise_interrupted, [sig for sig in SIGNALS if sig != signal.SIGINT])
     try:
         if argv[:1] == ["rescore"]:
             rescore_args = parse_rescore_args(argv[1:])
+            rescored = rescore_args.file
             report(rescore(rescore_args.file, rescore_args.against), rescore_args.file)
             return 0
         args = parse_args(argv)
-        result = run(args)
-    except KeyboardInterrupt:
-        print("multi30k.py: interrupted; the same command continues from the run's last checkpoint",
-              file=sys.stderr)
-        return 130
+        report(run(args), args.out)
+        return 0
+    except KeyboardInterrupt as exc:
+        name, status = SIGNALS.get(getattr(exc, "signum", signal.SIGINT), SIGNALS[signal.SIGINT])
+        exec("pass")         # a KeyboardInterrupt met in code run by exec would make CPython's exit a SIGINT
+        print(f"multi30k.py: interrupted by {name}; {where_to_go_on(args, rescored)}", file=sys.stderr)
+        return status
     except (RecipeError, ValueError, OSError) as exc:
         print(f"multi30k.py: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 1
-    report(result, args.out)
-    return 0
+    finally:
+        restore(previous)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
 import types
 
 import transformer_lib as tl
@@ -64,3 +65,12 @@ def test_a_subpackage_re_exports_the_public_names_of_its_modules():
         for module in inner:
             for name in module.__all__:
                 assert getattr(package, name) is getattr(module, name)
+
+
+def test_importing_a_submodule_does_not_hide_the_root_name_it_shares():
+    """The package is lazy: ``import transformer_lib.attention`` (which every layer
+    does) must not replace the root's function ``attention`` with the module."""
+    import transformer_lib.attention
+    import transformer_lib.model  # noqa: F401
+    assert callable(tl.attention) and not isinstance(tl.attention, types.ModuleType)
+    assert tl.attention is sys.modules["transformer_lib.attention"].attention

@@ -220,23 +220,26 @@ def test_average_last_n_is_the_mean_of_the_kept_copies(kept_run, tmp_path, capsy
     for name, tensor in model.state_dict().items():
         assert torch.equal(tensor, expected[name]), name
     record = json.loads((out / AVERAGED_FILE).read_text())
-    assert record == {"averaged": [{"path": str(f.resolve()), "step": s} for f, s in zip(files, (6, 8))]}
+    # each input relative to the averaged directory (no machine's absolute path travels with the model)
+    assert record == {"averaged": [{"path": os.path.relpath(f, out), "step": s} for f, s in zip(files, (6, 8))]}
+    assert all((out / i["path"]).resolve() == f.resolve() for i, f in zip(record["averaged"], files))
     assert _leftovers(out) == []
 
 
 def test_average_of_named_directories_and_checkpoint_files(kept_run, tmp_path):
-    """Inputs by name: a kept copy, a run's checkpoint.pt and a model directory (its model.safetensors)."""
-    copy = kept_run / "checkpoints" / _names(4)[0]
-    out = tmp_path / "avg"
-    assert _average(copy, kept_run / CHECKPOINT_FILE, kept_run, "--out", out) == 0
-    final, _ = load_model_dir(kept_run, "cpu")
-    states = [torch.load(f, weights_only=True)["model"] for f in (copy, kept_run / CHECKPOINT_FILE)]
-    expected = average_state_dicts([*states, final.state_dict()])
-    model, _ = load_model_dir(out, "cpu")
-    for name, tensor in model.state_dict().items():
-        assert torch.equal(tensor, expected[name]), name
-    steps = [i["step"] for i in json.loads((out / AVERAGED_FILE).read_text())["averaged"]]
-    assert steps == [4, 8, 8]
+    """Inputs by name: kept copies and a model directory (its model.safetensors); or the run's checkpoint.pt."""
+    copies = [kept_run / "checkpoints" / name for name in _names(4, 6)]
+    for last in (kept_run, kept_run / CHECKPOINT_FILE):       # step 8 either way
+        out = tmp_path / f"avg-{last.name}"
+        assert _average(*copies, last, "--out", out) == 0
+        final, _ = load_model_dir(kept_run, "cpu")
+        states = [torch.load(f, weights_only=True)["model"] for f in copies]
+        expected = average_state_dicts([*states, final.state_dict()])
+        model, _ = load_model_dir(out, "cpu")
+        for name, tensor in model.state_dict().items():
+            assert torch.equal(tensor, expected[name]), name
+        steps = [i["step"] for i in json.loads((out / AVERAGED_FILE).read_text())["averaged"]]
+        assert steps == [4, 6, 8]
 
 
 def test_translate_reads_the_averaged_directory(kept_run, corpus, tmp_path, capsys):
@@ -347,8 +350,9 @@ def _given(*argv):
     (_out_not_empty, 1, ["--out", "is not empty", "--force"]),
     (_out_a_file, 1, ["--out", "a file, not a directory"]),
     (_out_under_a_file, 1, ["--out", "cannot write there"]),
-    (_given("average", "{kept}", "--last", "2", "--out", "{kept}"), 2, ["--out", "is the directory of an input"]),
-    (_given("average", "{kept}/checkpoint.pt", "--out", "{kept}", "--force"), 2, ["--out", "directory of an input"]),
+    (_given("average", "{kept}", "--last", "2", "--out", "{kept}"), 2, ["--out", "inside", "which this command reads"]),
+    (_given("average", "{kept}/checkpoint.pt", "--out", "{kept}", "--force"), 2,
+     ["--out", "inside", "which this command reads"]),
     (_given("average", "{kept}", "{trained}", "--last", "2", "--out", "{tmp}/avg"), 2,
      ["--last 2: takes one run directory, got 2 inputs"]),
     (_given("average", "{kept}/checkpoint.pt", "{kept}/checkpoint.pt", "--out", "{tmp}/avg"), 2,

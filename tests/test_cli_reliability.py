@@ -108,7 +108,7 @@ def test_a_ctrl_c_inside_code_run_by_exec_leaves_the_exit_status_to_main(monkeyp
         assert note.value == 0
     finally:
         exec("pass")                                              # never leave the note set in pytest's process
-    assert capsys.readouterr().err.strip().endswith("train: interrupted")
+    assert capsys.readouterr().err.strip().endswith("train: interrupted by Ctrl-C")
 
 
 # ---------------------------------------------------------------- what a resume keeps and changes

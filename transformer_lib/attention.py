@@ -3,7 +3,7 @@ Extended by book/08_decoder.ipynb.
 Extended by book/13_modern.ipynb.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 8b735f165ba46d16
+# digest: 15e3807b83451c1d
 # fmt: off
 
 # [book/03_attention.ipynb, cell 543feaed]
@@ -158,8 +158,9 @@ class MultiHeadAttention(nn.Module):
 
     # [book/03_attention.ipynb, cell ffa0d713]
     def _split(self, x: torch.Tensor) -> torch.Tensor:
-        B, L, _ = x.shape                                              # (B, L, h·d_k)
-        return x.view(B, L, -1, self.d_k).transpose(1, 2)             # (B, h, L, d_k)
+        B, L, width = x.shape                                          # (B, L, h·d_k)
+        h = width // self.d_k                 # not -1: L may be 0 (an empty prompt)
+        return x.view(B, L, h, self.d_k).transpose(1, 2)              # (B, h, L, d_k)
 
     def _merge(self, x: torch.Tensor) -> torch.Tensor:
         B, _, L, _ = x.shape                                           # (B, h, L, d_k)

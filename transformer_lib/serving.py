@@ -1,13 +1,14 @@
 """Generated from book/appendix_serving.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: d858d1b3b52bdba4
+# digest: 9573e6142df46928
 # fmt: off
 
 # [book/appendix_serving.ipynb, cell f137de59]
 from __future__ import annotations
 
 import copy
+import errno
 import json
 import os
 import shutil
@@ -20,19 +21,17 @@ import torch
 from torch import nn
 
 from transformer_lib.checks import check_int
+from transformer_lib.decoding.beam import check_beam_size
 from transformer_lib.decoding.config import GenerationConfig
 from transformer_lib.decoding.greedy import check_settings, check_src, token_scores
+from transformer_lib.export_manifest import BOOK_FOLDER, check_export, write_manifest
 from transformer_lib.model import Transformer
-from transformer_lib.translation.model_dir import (CONFIG_FILE, TOKENIZER_KIND_FILE,
-                                                   load_config_and_tokenizer,
-                                                   save_config_and_tokenizer)
+from transformer_lib.translation.model_dir import (CONFIG_FILE, TOKENIZER_FILE,
+                                                   TOKENIZER_KIND_FILE,
+                                                   load_config_and_tokenizer)
 
 
 # [book/appendix_serving.ipynb, cell 7d5e9b69]
-#: the folder of an exported model that holds the book's config and tokenizer
-BOOK_FOLDER = "book"
-
-
 def _ctranslate2() -> Any:
     """The ``ctranslate2`` package, or one line saying how to install it."""
     try:
@@ -164,17 +163,50 @@ QUANTIZATIONS = (None, "int8", "int8_float32", "int16", "float16", "bfloat16")
 
 
 def _save_book_files(folder: Path, model: Transformer, tokenizer: Any) -> None:
-    """The book's config and tokenizer, so that the export translates text alone."""
+    """The book's config and tokenizer, so that the export translates text alone
+    (plain writes: the folder is private until the export is renamed into place)."""
+    folder.mkdir()
+    text = json.dumps(model.config.to_dict(), indent=2) + "\n"
+    (folder / CONFIG_FILE).write_text(text, encoding="utf-8")
     if hasattr(tokenizer, "to_json"):                       # a BPETokenizer
-        save_config_and_tokenizer(folder, model.config, tokenizer)
+        (folder / TOKENIZER_FILE).write_text(tokenizer.to_json(), encoding="utf-8")
         return
-    folder.mkdir(parents=True)
-    (folder / CONFIG_FILE).write_text(json.dumps(model.config.to_dict(), indent=2))
     tokenizer.save(folder / "tokenizer")                    # the Marian adapter
     (folder / TOKENIZER_KIND_FILE).write_text(
-        json.dumps({"kind": "marian", "path": "tokenizer"}))
+        json.dumps({"kind": "marian", "path": "tokenizer"}), encoding="utf-8")
 
 
+def _export_failed(out: Path, exc: OSError, existed: bool, tmp: Any) -> OSError:
+    """One line naming ``out`` (never the temporary), in the words of
+    ``files.write_failed``: why, and what to do about a full disk."""
+    reason = exc.strerror or " ".join(str(exc).replace(str(tmp), str(out)).split())
+    full = exc.errno in (errno.ENOSPC, errno.EFBIG,
+                         getattr(errno, "EDQUOT", errno.ENOSPC))
+    hint = ("is the disk full, or a file-size limit reached? Free some space and try "
+            "again; " if full else "")
+    kept = f"{out} was left as it was" if existed else "nothing was left behind"
+    return OSError(f"{out}: could not write the export ({reason[:160]}); {hint}{kept}")
+
+
+def _move_into_place(tmp: Path, out: Path) -> None:
+    """Rename ``tmp`` to ``out``; an old export there is replaced whole (put back if
+    the rename fails)."""
+    if not out.exists():
+        os.replace(tmp, out)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+    try:
+        os.replace(out, old / "x")
+        try:
+            os.replace(tmp, out)
+        except OSError:
+            os.replace(old / "x", out)
+            raise
+    finally:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+# [book/appendix_serving.ipynb, cell 7a8e1d3b]
 def export_ctranslate2(model: Transformer, tokenizer: Any, out_dir: Any,
                        quantization: str | None = None) -> Path:
     """Write ``model`` as a CTranslate2 model directory ``out_dir`` (new, or replaced
@@ -184,11 +216,20 @@ def export_ctranslate2(model: Transformer, tokenizer: Any, out_dir: Any,
     (:func:`token_strings`; ``tokenizer=None``: ``<id:N>`` names, ids only); bos is
     the decoder's start token and eos its end token. ``quantization`` (one of
     :data:`QUANTIZATIONS`) stores the weights so; "int8" is the usual choice on a CPU.
-    With a tokenizer, ``out_dir/book`` holds the book's config and tokenizer. The
-    directory is written beside ``out_dir`` first, then renamed into place."""
+    With a tokenizer, ``out_dir/book`` holds the book's config and tokenizer and, last,
+    ``manifest.json`` (:func:`~transformer_lib.export_manifest.check_export`). The
+    directory is written beside ``out_dir`` first, then renamed into place. An
+    ``out_dir`` that is a link is refused; a failed write is one OSError naming
+    ``out_dir`` and leaves nothing behind."""
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {QUANTIZATIONS}, "
                          f"got {quantization!r}")
+    out = Path(out_dir)
+    if out.is_symlink():                          # dangling or not: one rule
+        raise ValueError(f"out_dir: {out} is a symbolic link: give the path of the "
+                         "export's own directory")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out_dir: {out} exists and is not a directory")
     spec, c = model_spec(model), model.config
     src = token_strings(tokenizer, c.src_vocab_size)
     tgt = token_strings(tokenizer, c.tgt_vocab_size, target=True)
@@ -198,24 +239,26 @@ def export_ctranslate2(model: Transformer, tokenizer: Any, out_dir: Any,
     spec.config.eos_token, spec.config.unk_token = tgt[c.eos_id], tgt[c.pad_id]
     spec.validate()
     spec.optimize(quantization=quantization)
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"out_dir: {out} exists and is not a directory")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    made = [p for p in out.parents if not p.exists()]      # folders made here
+    existed, tmp = out.exists(), None
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
         spec.save(str(tmp))
         if tokenizer is not None:
             _save_book_files(tmp / BOOK_FOLDER, model, tokenizer)
-        if out.exists():                              # replace the old export whole
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
-            os.replace(out, old / "x")
-            os.replace(tmp, out)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, out)
+            write_manifest(tmp)                  # last: it records the others
+        _move_into_place(tmp, out)
+    except OSError as exc:
+        raise _export_failed(out, exc, existed, tmp) from None
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        for folder in [] if out.exists() else made:     # nearest first
+            try:
+                folder.rmdir()
+            except OSError:
+                break
     return out
 
 
@@ -280,7 +323,13 @@ class CTranslate2Model:
     @classmethod
     def load(cls, path: Any, threads: int = 1) -> CTranslate2Model:
         """The export at ``path``, with the config and tokenizer of its ``book``
-        folder (written when a tokenizer was exported)."""
+        folder (written when a tokenizer was exported), once
+        :func:`~transformer_lib.export_manifest.check_export` has found the export
+        as written: a ``book`` that is not the one written with its ``model.bin`` is
+        refused, naming the file."""
+        if not (Path(path) / "model.bin").is_file():
+            return cls(path, None, threads)              # its one-line error
+        check_export(path)
         config, tokenizer = load_config_and_tokenizer(Path(path) / BOOK_FOLDER)
         return cls(path, config, threads, tokenizer)
 
@@ -293,12 +342,15 @@ class CTranslate2Model:
         beam search with ``length_norm`` "power" (or "none") and ``stop`` "first_k"
         (:func:`ctranslate2_rules`); any other rule, or sampling, raises a ValueError
         naming the setting: it never decodes with another rule than the one asked for.
-        Each sentence's limit: ``config.limits`` (a·S + b, at most the model's
-        max_len)."""
+        A beam larger than the tokens a beam can take is refused as ``beam_search``
+        refuses it (``check_beam_size``). Each sentence's limit: ``config.limits``
+        (a·S + b, at most the model's max_len)."""
         c = self.config
         src = check_src(cast(Any, self), src).cpu()
         config = check_settings(cast(Any, self), None, config, settings)
         beam_size, length_penalty = ctranslate2_rules(config)
+        if beam_size > 1:                              # the torch engine's rule
+            check_beam_size(c, beam_size)
         limits = config.limits((src != c.pad_id).sum(dim=1), c.max_len)        # (B,)
         rows: list[list[int]] = [[] for _ in range(src.size(0))]
         for limit in limits.unique().tolist():           # one call per limit
@@ -371,7 +423,7 @@ def quantize_int8(model: Transformer) -> Transformer:
 
 
 __all__ = [
-    'BOOK_FOLDER', 'token_strings', 'CT2_ACTIVATIONS', 'model_spec', 'QUANTIZATIONS',
+    'token_strings', 'CT2_ACTIVATIONS', 'model_spec', 'QUANTIZATIONS',
     'export_ctranslate2', 'ctranslate2_refusal', 'ctranslate2_rules',
     'CTRANSLATE2_BEAM', 'CTranslate2Model', 'compare_outputs', 'quantize_int8',
 ]

@@ -1,21 +1,29 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 5295f8459f7dca63
+# digest: 2effa953565cb1ad
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell bc585d87]
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
+import torch
+
+from transformer_lib.checks import check_int
 from transformer_lib.model import Transformer
 from transformer_lib.training.averaging import RunningMean
 from transformer_lib.training.metrics_log import METRICS_FILE
 from transformer_lib.training.checkpoint import load_checkpoint
 from transformer_lib.training.snapshots import KEPT_DIR, KeepLast, keep_last
-from transformer_lib.training.snapshots import kept_checkpoints
+from transformer_lib.training.snapshots import KEPT_NAME, kept_checkpoints
 from transformer_lib.training.snapshots import remove_kept as remove_kept_checkpoints
 from transformer_lib.files import atomic_write
 from transformer_lib.translation.model_dir import (
@@ -23,8 +31,9 @@ from transformer_lib.translation.model_dir import (
     ModelDirError, load_config_and_tokenizer, load_generation_config, load_model_dir,
     save_generation_config, save_model_dir)
 from transformer_lib.translation.tokenizer import BPETokenizer
-from transformer_lib.cli.common import UsageError, log_line
-from transformer_lib.cli.record import write_run_record
+from transformer_lib.cli.common import UsageError, check_output, log_line
+from transformer_lib.cli.common import refuse_link
+from transformer_lib.cli.record import run_keys, write_run_record
 
 #: the record of what an averaged model directory averaged (the kept checkpoints
 #: themselves, checkpoints/step-NNNNNN.pt, are chapter 10's ``keep_last``)
@@ -43,6 +52,11 @@ def keep_checkpoints_option(args, out: Path, steps: int, rank: int) -> KeepLast 
         return None
     record = _read_json(out / TRAINING_FILE) if args.resume else None
     saved = record["args"].get("keep_checkpoints") if record else None
+    if saved is not None:                # checked as the option is: an int >= 0
+        try:
+            check_int(saved, "keep_checkpoints", minimum=0)
+        except ValueError as exc:
+            raise ModelDirError(f"{out / TRAINING_FILE}: {exc}") from None
     if args.keep_checkpoints is None:
         args.keep_checkpoints = saved or 0
     elif record and (saved or 0) != args.keep_checkpoints:
@@ -50,6 +64,11 @@ def keep_checkpoints_option(args, out: Path, steps: int, rank: int) -> KeepLast 
         write_run_record(out, record)
     if not args.keep_checkpoints:
         return None
+    folder = out / KEPT_DIR              # refused before training, not at its end
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        what = "a symbolic link" if folder.is_symlink() else "not a folder"
+        raise ModelDirError(f"{folder}: {what}: --keep-checkpoints writes and removes "
+                            "files only in a folder of the run's own; move it away")
     if args.resume:           # checkpoint.pt written, its copy not: the run was killed
         last = (record or {}).get("steps")    # the step the earlier command ended at
         last = last if isinstance(last, int) and last > 0 else None
@@ -125,19 +144,22 @@ def _inputs(args) -> list[tuple[Path, Path | None]]:
     return found
 
 
-def _check_average_out(out: Path, found, force: bool) -> None:
-    """``--out``: not the directory of an input, and new or empty unless ``--force``;
-    made now, so that a path that cannot be written is found before anything is read."""
-    if any(out.resolve() == home.resolve() for home, _ in found):
-        raise UsageError(f"--out {out}: is the directory of an input: write the "
-                         "average to a new directory")
+def _check_average_out(out: Path, found, force: bool) -> Path:
+    """``--out``: not a link, not inside the directory of an input, and new or empty
+    unless ``--force``. Returns a private folder beside it, made now (so that a path
+    that cannot be written is found before anything is read), where the model is
+    written before it is moved into place."""
+    refuse_link("--out", out)
+    check_output("--out", out, folders=[home for home, _ in found])
     if out.exists() and not out.is_dir():
         raise ModelDirError(f"--out {out}: a file, not a directory")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise ModelDirError(f"--out {out}: is not empty: choose a new directory, or "
                             "pass --force to replace the model there")
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f"{out.name}.tmp{os.getpid()}.",
+                                     dir=out.parent))
     except OSError as exc:
         raise ModelDirError(f"--out {out}: cannot write there "
                             f"({exc.strerror or type(exc).__name__})") from None
@@ -162,26 +184,108 @@ def _same_model(home: Path, first: Path, config, tokenizer) -> None:
                             f"{first / TOKENIZER_FILE}: {why}")
 
 
-def _weights(home: Path, file: Path | None, model) -> tuple[dict, int | None]:
-    """One input's weights and step: a checkpoint file's, checked against ``model`` by
-    chapter 10's ``load_checkpoint``, or the directory's model.safetensors (its step
-    from training.json)."""
+def _weights(home: Path, file: Path | None, model) -> tuple[dict, int | None, dict]:
+    """One input's weights, step and run keys (``run_keys``): a checkpoint file's,
+    checked against ``model`` by chapter 10's ``load_checkpoint`` (a kept copy must
+    hold the step its name says), or the directory's model.safetensors, with the step
+    and run of its training.json."""
     if file is not None:
         state = load_checkpoint(file, model, mmap=True)     # the optimizer is not read
-        return state["model"], state["step"]
-    step = (_read_json(home / TRAINING_FILE) or {}).get("steps")
+        named = KEPT_NAME.fullmatch(file.name) if file.parent.name == KEPT_DIR else None
+        if named and int(named.group(1)) != state["step"]:
+            raise ModelDirError(f"{file}: named step {int(named.group(1))} but holds "
+                                f"step {state['step']}: not a copy its run kept")
+        return state["model"], state["step"], run_keys(state.get("extra"))
+    record = _read_json(home / TRAINING_FILE) or {}
+    step = record.get("steps")
+    keys = run_keys({"resume_keys": {**record.get("args", {}), **record}})
     weights = load_model_dir(home, "cpu")[0].state_dict()
-    return weights, step if isinstance(step, int) else None
+    return weights, step if isinstance(step, int) else None, keys
+
+
+# [book/appendix_cli.ipynb, cell a4dab855]
+def _digest(weights: dict) -> str:
+    """A SHA-256 of a state dict's tensors: equal for the same weights."""
+    digest = hashlib.sha256()
+    for name in sorted(weights):
+        digest.update(name.encode())
+        digest.update(weights[name].detach().cpu().contiguous().view(-1).view(
+            torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _one_run(seen: list[tuple[str, dict, int | None, str]], allow_mixed: bool) -> None:
+    """Averaging is defined along one run: refuse an input of another run than the
+    first (or of no known run) unless ``--allow-mixed``, and the same weights twice
+    (one step of one run under two names, or equal tensors)."""
+    name, keys, step, digest = seen[-1]
+    if len(seen) == 1:
+        return
+    for other, other_keys, other_step, other_digest in seen[:-1]:
+        if digest == other_digest or (step is not None and step == other_step
+                                      and keys and keys == other_keys):
+            raise UsageError(f"{name}: the same weights as {other} (step {step} of "
+                             "one run): give each checkpoint once")
+    first, first_keys = seen[0][0], seen[0][1]
+    shared = keys.keys() & first_keys.keys()
+    if allow_mixed or (shared and all(keys[k] == first_keys[k] for k in shared)):
+        return
+    differ = [f"{k} {keys[k]!r}, not {first_keys[k]!r}" for k in sorted(shared)
+              if keys[k] != first_keys[k]] or ["no record of its run"]
+    raise UsageError(f"{name}: another run than {first} ({'; '.join(differ[:2])}): "
+                     "averaging is defined along one run (the weights of two runs are "
+                     "not aligned); pass --allow-mixed if you mean it")
+
+
+# [book/appendix_cli.ipynb, cell 64e32f04]
+def _write_average(tmp: Path, out: Path, force: bool) -> None:
+    """Move the model written in the private folder ``tmp`` into ``out``: a rename, or
+    with ``--force`` into a folder that holds files, one file at a time after the
+    files of the model that was there are removed."""
+    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+        os.replace(tmp, out)
+        return
+    for name in (CHECKPOINT_FILE, TRAINING_FILE, TOKENIZER_KIND_FILE, METRICS_FILE):
+        (out / name).unlink(missing_ok=True)
+    remove_kept(out)
+    for file in sorted(tmp.iterdir()):
+        os.replace(file, out / file.name)
 
 
 def run_average(args) -> int:
-    """``average``: the mean of the weights of several checkpoints of one model
+    """``average``: the mean of the weights of several checkpoints of one run
     (chapter 10's ``RunningMean``: one input in memory at a time), written as a model
-    directory that ``translate`` reads, with averaged.json, which names each input and
-    its step, and the first input's decoding defaults (generation.json)."""
+    directory that ``translate`` reads, with averaged.json, which names each input
+    (relative to ``--out``) and its step, and the first input's decoding defaults
+    (generation.json). The directory appears whole or not at all."""
     out = Path(args.out)
     found = _inputs(args)
-    _check_average_out(out, found, args.force)
+    tmp = _check_average_out(out, found, args.force)
+    try:
+        model, tokenizer, generation, text, steps = _average(found, args.allow_mixed,
+                                                             out)
+        try:
+            save_model_dir(tmp, model, tokenizer)
+            save_generation_config(tmp, generation)
+            atomic_write(tmp / AVERAGED_FILE, text)
+            _write_average(tmp, out, args.force)
+        except (OSError, RuntimeError) as exc:
+            full = "disk full" in str(exc) or getattr(exc, "errno", None) in (
+                errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC))
+            why = ("is the disk full, or a file-size limit reached? Free some space "
+                   "and try again" if full
+                   else getattr(exc, "strerror", None) or type(exc).__name__)
+            raise OSError(f"--out {out}: could not write the averaged model ({why}); "
+                          "nothing was written there") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log_line(f"averaged {len(found)} checkpoints (steps {steps}) into {out}")
+    return 0
+
+
+def _average(found, allow_mixed: bool, out: Path):
+    """The inputs ``found`` averaged: the model, its tokenizer and decoding defaults,
+    the text of averaged.json and the steps, as the final line names them."""
     first = found[0][0]
     config, tokenizer = load_config_and_tokenizer(first)
     if not isinstance(tokenizer, BPETokenizer):
@@ -191,23 +295,17 @@ def run_average(args) -> int:
         if home.resolve() != first.resolve():          # each other directory, once
             _same_model(home, first, config, tokenizer)
     model = Transformer(config)
-    mean, inputs = RunningMean(), []
+    mean, inputs, seen = RunningMean(), [], []
     for home, file in found:                       # one input in memory at a time
-        weights, step = _weights(home, file, model)
+        weights, step, keys = _weights(home, file, model)
+        seen.append((str(file or home), keys, step, _digest(weights)))
+        _one_run(seen, allow_mixed)
         mean.add(weights, str(file or home))
-        inputs.append({"path": str((file or home).resolve()), "step": step})
+        inputs.append({"path": os.path.relpath(file or home, out), "step": step})
     model.load_state_dict(mean.mean())
-    if args.force:                  # the files of the model that was there, if any
-        for name in (CHECKPOINT_FILE, TRAINING_FILE, TOKENIZER_KIND_FILE, METRICS_FILE):
-            (out / name).unlink(missing_ok=True)
-        remove_kept(out)
-    save_model_dir(out, model, tokenizer)
-    save_generation_config(out, load_generation_config(first))
     text = json.dumps({"averaged": inputs}, indent=2) + "\n"
-    atomic_write(out / AVERAGED_FILE, text)
     steps = ", ".join("?" if i["step"] is None else str(i["step"]) for i in inputs)
-    log_line(f"averaged {len(inputs)} checkpoints (steps {steps}) into {out}")
-    return 0
+    return model, tokenizer, load_generation_config(first), text, steps
 
 
 __all__ = ['run_average']

@@ -1,15 +1,18 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 7c87467fe18bafb0
+# digest: 8f5bc6906c1e9378
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell 8f7e9b6c]
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 import time
+from pathlib import Path
 
 import torch
 from tqdm import tqdm
@@ -20,6 +23,7 @@ from transformer_lib.training.batching import (PadCollate, PairDataset,
 from transformer_lib.training.distributed import setup_distributed
 from transformer_lib.training.evaluation import evaluate
 from transformer_lib.decoding.config import GenerationConfig
+from transformer_lib.translation.model_dir import ModelDirError
 
 #: the defaults of the model options of ``train``; they are None when not given, so
 #: that ``--resume`` can tell an option given (and refused if it differs from the run's
@@ -44,6 +48,96 @@ class Interrupted(Exception):
     def __init__(self, message: str, status: int):
         super().__init__(message)
         self.status = status
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that chapter 10's ``train`` saves the run."""
+
+
+def on_sigterm(signum, frame) -> None:
+    """The tool's SIGTERM handler (``python -m transformer_lib`` installs it)."""
+    raise Terminated()
+
+
+def interrupted(exc: KeyboardInterrupt, what: str = "") -> Interrupted:
+    """Ctrl-C or SIGTERM as one line and the exit status a shell expects."""
+    name, status = ("SIGTERM", 143) if isinstance(exc, Terminated) else \
+        ("Ctrl-C", 130)
+    return Interrupted(f"interrupted by {name} {what}".rstrip(), status)
+
+
+# [book/appendix_cli.ipynb, cell c156385e]
+#: the lock file of a run folder (``train --out``)
+LOCK_FILE = ".lock"
+
+
+def refuse_link(option: str, path: Path) -> None:
+    """An output folder given as a symbolic link is refused, in every command."""
+    if path.is_symlink():
+        raise UsageError(f"{option} {path}: a symbolic link: give the folder itself "
+                         f"({os.path.realpath(path)}) or a new path")
+
+
+def check_output(option: str, out: Path, reads=(), folders=()) -> None:
+    """Refuse an output ``out`` that is a file the command reads (``reads``) or lies
+    inside a folder it reads (``folders``: model directories): writing it would
+    destroy an input. Links are resolved, so a second name for an input is found."""
+    target = Path(os.path.realpath(out))
+    for file in reads:
+        if target == Path(os.path.realpath(file)):
+            raise UsageError(f"{option} {out}: is the input {file}: write the output "
+                             "to another file")
+    for folder in folders:
+        if target.is_relative_to(os.path.realpath(folder)):
+            raise UsageError(f"{option} {out}: inside {folder}, which this command "
+                             "reads: write the output elsewhere")
+
+
+@contextlib.contextmanager
+def hold_lock(folder: Path, option: str, say):
+    """Hold an exclusive lock on ``folder`` (its file ``.lock``, holding our process
+    id) until the block ends; another holder is an error naming its process. A lock
+    file left by a process that ended without removing it is taken over with a
+    notice. Without ``fcntl`` (not POSIX) there is no lock."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    file = folder / LOCK_FILE
+    while True:
+        try:
+            fd = os.open(file, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0),
+                         0o644)
+        except OSError as exc:
+            raise ModelDirError(f"{option} {folder}: cannot lock it ({file}: "
+                                f"{exc.strerror or type(exc).__name__})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip() or "?"
+            os.close(fd)
+            raise ModelDirError(f"{option} {folder}: in use by another run (process "
+                                f"{holder}, which holds {file}): wait for it to end, "
+                                f"or choose another {option}") from None
+        try:                          # the file we locked is still the folder's
+            if os.stat(file, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)                  # its holder removed it meanwhile: lock anew
+    try:
+        left = os.read(fd, 32).decode("ascii", "replace").strip()
+        if left and left != str(os.getpid()):
+            say(f"note: {file}: taking over the lock of process {left}, which ended "
+                "without releasing it")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(file)
+        os.close(fd)
 
 
 # [book/appendix_cli.ipynb, cell 62dfc84f]
@@ -159,5 +253,7 @@ class Progress:
 
 __all__ = [
     'MODEL_DEFAULTS', 'MIN_VOCAB', 'DECODER_DEFAULTS', 'UsageError', 'Interrupted',
-    'device_option', 'start_processes', 'log_line', 'bucket_loader', 'Progress',
+    'Terminated', 'on_sigterm', 'interrupted', 'LOCK_FILE', 'refuse_link',
+    'check_output', 'hold_lock', 'device_option', 'start_processes', 'log_line',
+    'bucket_loader', 'Progress',
 ]

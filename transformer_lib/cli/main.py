@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 5ebb656528320c49
+# digest: a04f181a5a87592b
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell c1ea5234]
@@ -17,7 +17,7 @@ from transformer_lib.decoding.config import LENGTH_NORMS, STOP_RULES
 from transformer_lib.precision import PRECISIONS
 from transformer_lib.cli.common import DECODER_DEFAULTS, MIN_VOCAB, MODEL_DEFAULTS
 from transformer_lib.cli.common import Interrupted, OneLineParser, number_option
-from transformer_lib.cli.common import UsageError, log_line
+from transformer_lib.cli.common import UsageError, interrupted, log_line
 from transformer_lib.cli.average import run_average
 from transformer_lib.cli.serve import run_export_ctranslate2
 from transformer_lib.cli.train import run_train
@@ -222,6 +222,8 @@ def _add_average_parser(sub) -> None:
     add("--out", required=True, metavar="DIR", help="the model directory to write")
     add("--force", action="store_true", help="write into an --out that holds files "
         "(a model's files there are replaced)")
+    add("--allow-mixed", action="store_true", help="average checkpoints of different "
+        "runs (refused by default: their weights are not aligned)")
     a.set_defaults(func=run_average)
 
 
@@ -257,9 +259,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     except Interrupted as exc:
         _forget_unhandled_interrupt()
         return _report(f"{where}: {exc}", exc.status)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:            # Ctrl-C or SIGTERM (Terminated)
         _forget_unhandled_interrupt()
-        return _report(f"{where}: interrupted", 130)
+        stopped = interrupted(exc)
+        return _report(f"{where}: {stopped}", stopped.status)
     except UsageError as exc:
         return _report(f"{where}: error: {exc} (see --help)", 2)
     except (ValueError, TypeError, OSError, RuntimeError, MemoryError) as exc:

@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 00f36bcf8d1b344c
+# digest: 399843b0cbccde2e
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell eb1cc6f2]
@@ -38,13 +38,33 @@ def write_run_record(out: Path, record: dict) -> None:
 #: how the resume rule's keys are called on the command line
 RESUME_LABELS = {"corpus": "--train of digest",
                  "batch_tokens": "--batch-tokens", "seed": "--seed",
-                 "accum_steps": "--accum-steps"}
+                 "accum_steps": "--accum-steps", "run_id": "the run id"}
 
 
 def resume_keys(args, corpus: str) -> dict:
     """What a run's batches depend on, besides --accum-steps: a resumed run keeps it
     (chapter 10's ``check_same_run``, which ``train`` applies to the checkpoint)."""
     return {"corpus": corpus, "batch_tokens": args.batch_tokens, "seed": args.seed}
+
+
+# [book/appendix_cli.ipynb, cell c5544d7e]
+def run_keys(extra: dict | None) -> dict:
+    """The keys that say which run a checkpoint (or a run record) belongs to: the run
+    id ``train`` draws when a run starts and keeps across ``--resume``, and, for
+    checkpoints older than it, the corpus digest, seed and batch size."""
+    keys = (extra or {}).get("resume_keys") if isinstance(extra, dict) else None
+    names = ("run_id", "corpus", "seed", "batch_tokens")
+    return {k: keys[k] for k in names if isinstance(keys, dict) and k in keys}
+
+
+def checkpoint_run_id(checkpoint: Path) -> str | None:
+    """The run id the checkpoint at ``checkpoint`` records (None: none, or no file)."""
+    try:
+        state = load_checkpoint(checkpoint, mmap=True)
+    except (FileNotFoundError, CheckpointError):   # load_resume_setup says how
+        return None
+    run_id = run_keys(state.get("extra")).get("run_id")
+    return run_id if isinstance(run_id, str) else None
 
 
 def check_run_record(out: Path, args, corpus: str) -> None:
@@ -71,10 +91,14 @@ def check_run_record(out: Path, args, corpus: str) -> None:
 
 
 def check_steps(args, steps: int, checkpoint: Path) -> None:
-    """On ``--resume``: the run must be asked for more updates than it has made."""
+    """On ``--resume``: the run must be asked for more updates than it has made, or
+    for exactly as many when its model was never written (a Ctrl-C during the final
+    write): ``train`` then makes no update and writes the model."""
     try:
         done = checkpoint_step(checkpoint)
     except (FileNotFoundError, CheckpointError):   # load_resume_setup says how
+        return
+    if done == steps and not (checkpoint.parent / WEIGHTS_FILE).is_file():
         return
     if done >= steps:
         asked = (f"--steps {steps}" if args.steps else

@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 04364e407e2dad5c
+# digest: b7e6121c7d1f50f4
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell 3c9611f9]
@@ -14,12 +14,13 @@ import torch
 from transformer_lib.packed import PackedDecoder
 from transformer_lib.serving import (CTranslate2Model, ctranslate2_refusal,
                                       export_ctranslate2, quantize_int8)
+from transformer_lib.decoding.beam import check_beam_size
 from transformer_lib.decoding.config import GenerationConfig
 from transformer_lib.translation.model_dir import GENERATION_FILE, load_model_dir
 from transformer_lib.translation.model_dir import load_generation_config
 from transformer_lib.translation.model_dir import save_generation_config
 from transformer_lib.translation.translate import translate_with
-from transformer_lib.cli.common import UsageError
+from transformer_lib.cli.common import UsageError, check_output, refuse_link
 from transformer_lib.cli.common import device_option, log_line
 
 
@@ -35,6 +36,8 @@ def run_export_ctranslate2(args) -> int:
     """``export-ctranslate2``: the model directory as a CTranslate2 model directory,
     with the model's decoding defaults (its generation.json, checked) beside it."""
     out = Path(args.out)
+    refuse_link("--out", out)
+    check_output("--out", out, folders=[args.model])
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"--out {out}: exists and is not empty (choose a new "
                          "directory)")
@@ -113,6 +116,8 @@ def translate_engine(engine: CTranslate2Model, lines: list[str],
     the model's ``max_len`` tokens handed to ``on_too_long(number, n_tokens)`` then
     cut, sorted by length, decoded ``batch_size`` at a time."""
     check_ctranslate2(config)
+    if config.strategy == "beam" and config.beam_size > 1:    # as translate_lines does
+        check_beam_size(engine.config, config.beam_size)      # (also with no lines)
 
     def decode(src: torch.Tensor) -> torch.Tensor:
         return engine.decode(src, config)                                     # (B, T)

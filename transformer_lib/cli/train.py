@@ -1,13 +1,15 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 1cd761d481fd7a4a
+# digest: d743bbdfb424e6e4
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell cli-train-imports]
 from __future__ import annotations
 
+import contextlib
 import math
+import secrets
 import signal
 import tempfile
 import threading
@@ -21,6 +23,7 @@ from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.model_size import ModelTooLargeError, check_model_fits
 from transformer_lib.training.distributed import cleanup_distributed
 from transformer_lib.training.config import TrainConfig
+from transformer_lib.training.interrupts import Interrupts
 from transformer_lib.training.loop import train
 from transformer_lib.training.metrics_log import METRICS_FILE
 from transformer_lib.training.loss import LabelSmoothingLoss
@@ -31,10 +34,12 @@ from transformer_lib.translation.model_dir import (
     WEIGHTS_FILE, ModelDirError, load_config_and_tokenizer,
     save_config_and_tokenizer, save_generation_config, save_model_dir)
 from transformer_lib.translation.tokenizer import BPETokenizer, encode_pairs
-from transformer_lib.cli.common import MODEL_DEFAULTS, Interrupted, UsageError
+from transformer_lib.cli.common import LOCK_FILE, MODEL_DEFAULTS, UsageError
+from transformer_lib.cli.common import hold_lock, interrupted, on_sigterm, refuse_link
 from transformer_lib.cli.common import bucket_loader, log_line, start_processes
 from transformer_lib.cli.common import Progress
 from transformer_lib.cli.record import check_run_record, check_steps, fingerprint
+from transformer_lib.cli.record import checkpoint_run_id
 from transformer_lib.cli.record import load_resume_setup, resume_keys
 from transformer_lib.cli.record import write_run_record
 from transformer_lib.cli.average import keep_checkpoints_option, remove_kept
@@ -45,15 +50,38 @@ MODEL_FILES = (CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, CHECKPOINT_FILE,
                TRAINING_FILE, GENERATION_FILE, METRICS_FILE)
 
 
-def _check_out(out: Path, resume: bool, force: bool, rank: int) -> None:
+def _check_out(out: Path, resume: bool, force: bool, rank: int,
+               held: contextlib.ExitStack, say) -> None:
     """Check ``--out`` before anything is trained. ``--resume``: a directory holding
     checkpoint.pt. Otherwise a new or empty directory, or one left by a run stopped
     before its first checkpoint (config.json, tokenizer.json and training.json at most;
     ``--force``: any directory, a model's files there removed), that rank 0 can create
-    and write to."""
+    and write to. Not a link; rank 0 then holds its lock (in ``held``) for the whole
+    run, and checks again under it: no other run can have begun there meanwhile."""
+    refuse_link("--out", out)
     if out.exists() and not out.is_dir():
         raise ModelDirError(f"--out {out}: a file, not a directory")
-    held = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    _check_held(out, resume, force)
+    if rank != 0:
+        return
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ModelDirError(f"--out {out}: cannot write there ({reason})") from None
+    held.enter_context(hold_lock(out, "--out", say))
+    _check_held(out, resume, force)
+    if force and not resume:
+        for name in MODEL_FILES:
+            (out / name).unlink(missing_ok=True)
+        remove_kept(out)
+
+
+def _check_held(out: Path, resume: bool, force: bool) -> None:
+    held = sorted(p.name for p in out.iterdir() if p.name != LOCK_FILE) \
+        if out.is_dir() else []
     # a run stopped before its first checkpoint: the same command starts it again
     started = set(held) <= {CONFIG_FILE, TOKENIZER_FILE, TRAINING_FILE}
     if resume:
@@ -67,19 +95,6 @@ def _check_out(out: Path, resume: bool, force: bool, rank: int) -> None:
             what = (f"is not empty ({held[0]}{', ...' if len(held) > 1 else ''}) and "
                     "not a model directory: pass --force to write there")
         raise ModelDirError(f"--out {out} {what}, or choose another --out")
-    if rank != 0:
-        return
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out):
-            pass
-        if force and not resume:
-            for name in MODEL_FILES:
-                (out / name).unlink(missing_ok=True)
-            remove_kept(out)
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise ModelDirError(f"--out {out}: cannot write there ({reason})") from None
 
 
 # [book/appendix_cli.ipynb, cell 1e47d886]
@@ -155,34 +170,21 @@ def _model_setup(args, pairs, rank: int, world: int
 
 
 # [book/appendix_cli.ipynb, cell 7b6c9607]
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, raised like Ctrl-C so that chapter 10's ``train`` saves the run."""
-
-
-def _on_sigterm(signum, frame) -> None:
-    raise _Terminated()
-
-
-def _interrupted(exc: KeyboardInterrupt, what: str) -> Interrupted:
-    """Ctrl-C or SIGTERM as one line and the exit status a shell expects."""
-    name, status = ("SIGTERM", 143) if isinstance(exc, _Terminated) else \
-        ("Ctrl-C", 130)
-    return Interrupted(f"interrupted by {name} {what}", status)
-
-
 def run_train(args) -> int:
     """``train``: read the corpus, train (or load) the tokenizer, train the model, write
     the directory. Under torchrun every process runs it; rank 0 alone writes files.
     Ctrl-C and SIGTERM end it with :class:`Interrupted` (once training has begun,
-    ``_train`` says where the run is saved)."""
+    ``_train`` says where the run is saved). Rank 0 holds ``--out``'s lock until
+    it returns."""
     main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
+    previous = signal.signal(signal.SIGTERM, on_sigterm) if main_thread else None
     try:
-        rank, world, device = start_processes(args.device, args.threads)
-        return _train(args, rank, world, device)
+        with contextlib.ExitStack() as held:
+            rank, world, device = start_processes(args.device, args.threads)
+            return _train(args, rank, world, device, held)
     except KeyboardInterrupt as exc:
-        raise _interrupted(exc, "before training began; nothing to resume: run the "
-                           "command again") from None
+        raise interrupted(exc, "before training began; nothing to resume: run the "
+                          "command again") from None
     finally:
         cleanup_distributed()
         if previous is not None:
@@ -231,22 +233,25 @@ def _fit(*args, **kwargs):
 
 
 # [book/appendix_cli.ipynb, cell 6ee171a4]
-def _train(args, rank: int, world: int, device: torch.device) -> int:
+def _train(args, rank: int, world: int, device: torch.device,
+           held: contextlib.ExitStack) -> int:
     out, say = Path(args.out), log_line if rank == 0 else (lambda message: None)
     checkpoint = out / CHECKPOINT_FILE
     if len(args.train) > 2 or (args.valid and len(args.valid) > 2):
         raise ValueError("--train and --valid take one TSV file or two aligned files")
-    for name, value in MODEL_DEFAULTS.items():
-        if getattr(args, name) is None and not args.resume:
-            setattr(args, name, value)
     if not args.resume:
+        vars(args).update({name: value for name, value in MODEL_DEFAULTS.items()
+                           if getattr(args, name) is None})
         _check_size(args)
-    _check_out(out, args.resume, args.force, rank)
+    _check_out(out, args.resume, args.force, rank, held, say)
     train_pairs = read_parallel(*args.train)
     valid_pairs = read_parallel(*args.valid) if args.valid else None
     corpus = fingerprint(train_pairs)
     if args.resume:
         check_run_record(out, args, corpus)
+    # the run's identity, kept across --resume: average refuses to mix runs
+    run_id = (checkpoint_run_id(checkpoint) if args.resume else None) \
+        or secrets.token_hex(8)
     config, tokenizer = _model_setup(args, train_pairs, rank, world)
     encoded, val_encoded = _encode(train_pairs, valid_pairs, tokenizer, config.max_len,
                                    say)
@@ -264,22 +269,21 @@ def _train(args, rank: int, world: int, device: torch.device) -> int:
     keep = keep_checkpoints_option(args, out, steps, rank)      # --keep-checkpoints
     record = {k: v for k, v in vars(args).items() if k != "func"}
     if rank == 0 and not args.resume:
-        write_run_record(out, {"args": record, "corpus": corpus, "steps": 0})
+        write_run_record(out, {"args": record, "corpus": corpus, "run_id": run_id,
+                               "steps": 0})
     optimizer, scheduler = noam_optimizer(model, config.d_model, args.warmup,
                                           args.lr_factor)
-    n_params = sum(p.numel() for p in model.parameters())
     where = f"{world} processes on {device.type}" if world > 1 else str(device)
     header = (f"{len(encoded)} training pairs, vocabulary {tokenizer.vocab_size}, "
-              f"{n_params:,} parameters, {steps} steps (warm-up {args.warmup}) "
+              f"{sum(p.numel() for p in model.parameters()):,} parameters, "
+              f"{steps} steps (warm-up {args.warmup}) "
               f"on {where}")
     loss_fn = LabelSmoothingLoss(args.label_smoothing, config.pad_id)
     every = max(1, min(100 if args.no_progress else 10, steps // 10))
     progress = Progress(steps, bar=not args.no_progress and rank == 0, header=header,
                         say=say)
-    val_loader = None
-    if val_encoded:
-        val_loader = bucket_loader(val_encoded, args.batch_tokens, args.seed,
-                                   shuffle=False)
+    val_loader = (bucket_loader(val_encoded, args.batch_tokens, args.seed,
+                                shuffle=False) if val_encoded else None)
     try:
         history = _fit(model, loader, optimizer, scheduler, loss_fn, steps=steps,
                        val_every=args.val_every, clip_norm=args.clip_norm,
@@ -291,25 +295,44 @@ def _train(args, rank: int, world: int, device: torch.device) -> int:
                        checkpoint_path=str(checkpoint),
                        checkpoint_every=args.checkpoint_every, on_checkpoint=keep,
                        resume_from=str(checkpoint) if args.resume else None,
-                       resume_keys=resume_keys(args, corpus),
+                       resume_keys={**resume_keys(args, corpus), "run_id": run_id},
                        metrics_path=str(out / METRICS_FILE))
     except KeyboardInterrupt as exc:
-        raise _interrupted(exc, _where_saved(checkpoint, scheduler.last_epoch,
-                                             args.resume)) from None
+        raise interrupted(exc, _where_saved(checkpoint, scheduler.last_epoch,
+                                            args.resume)) from None
     finally:
         progress.close()
     loss = history.loss[-1] if history.loss else None
     val_loss = history.val[-1].get("val_loss") if history.val else None
     if rank == 0:
-        save_model_dir(out, model.cpu(), tokenizer, args=record, corpus=corpus,
-                       steps=history.last_step, loss=loss, val_loss=val_loss,
-                       world_size=world)
-        save_generation_config(out, GenerationConfig())  # the paper's: GNMT, 0.6
-    shown = (("train", loss), ("valid", val_loss))
-    losses = "".join(f", {k} loss {v:.3f}" for k, v in shown if v is not None)
+        _write_model(out, model.cpu(), tokenizer, history.last_step, record=record,
+                     corpus=corpus, run_id=run_id, loss=loss, val_loss=val_loss,
+                     world_size=world)
+    losses = "".join(f", {k} loss {v:.3f}" for k, v in
+                     (("train", loss), ("valid", val_loss)) if v is not None)
     say(f"step {history.last_step}/{steps}{losses}; {history.seconds:.1f} s; "
         f"model written to {out}")
     return 0
+
+
+# [book/appendix_cli.ipynb, cell 4357749f]
+def _write_model(out: Path, model: Transformer, tokenizer: BPETokenizer, step: int,
+                 **record) -> None:
+    """The run's model directory, once training ends; a first Ctrl-C or SIGTERM
+    waits for the write to finish, so that the message it leaves is true."""
+    checkpoint, written = out / CHECKPOINT_FILE, False
+    try:
+        with Interrupts(True) as pending:
+            save_model_dir(out, model, tokenizer, args=record.pop("record"),
+                           steps=step, **record)
+            save_generation_config(out, GenerationConfig())  # the paper's: GNMT, 0.6
+            written = True
+        pending.deliver()
+    except KeyboardInterrupt as exc:
+        raise interrupted(exc, f"after step {step}, " + (
+            f"once the model was written to {out}: the run is complete" if written
+            else f"while writing the model: {checkpoint} holds step {step}: the same "
+            "command with --resume writes it")) from None
 
 
 __all__ = ['MODEL_FILES', 'run_train']

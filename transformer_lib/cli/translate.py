@@ -1,12 +1,13 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: a476fd19ea226a4c
+# digest: c3c4b1eaa8ee0aac
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell 5b80d677]
 from __future__ import annotations
 
+import os
 import sys
 import unicodedata
 from pathlib import Path
@@ -14,10 +15,11 @@ from pathlib import Path
 import torch
 
 from transformer_lib.decoding.config import STRATEGY_SETTINGS, GenerationConfig
+from transformer_lib.files import atomic_write
 from transformer_lib.translation.model_dir import load_generation_config
 from transformer_lib.translation.translate import translate_lines
 from transformer_lib.cli.common import UsageError
-from transformer_lib.cli.common import log_line
+from transformer_lib.cli.common import check_output, log_line
 from transformer_lib.cli.serve import load_engine, torch_model, translate_engine
 
 
@@ -111,6 +113,10 @@ def run_translate(args) -> int:
     generation = generation_config(args)
     if not args.output and sys.stdout is None:       # started with >&-
         raise ValueError("standard output is closed: pass --output FILE")
+    if args.output:                 # never over an input file or the model's files
+        check_output("--output", Path(args.output),
+                     reads=[name for name in args.inputs or [] if name != "-"],
+                     folders=[args.model])
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.engine == "ctranslate2":
@@ -136,16 +142,27 @@ def run_translate(args) -> int:
             precision=precision, on_too_long=hook)
     text = "".join(_one_line(t) + "\n" for t in translations)
     if args.output:
-        try:
-            Path(args.output).write_text(text, encoding="utf-8")
-        except OSError as exc:
-            reason = exc.strerror or type(exc).__name__
-            raise OSError(f"--output {args.output}: cannot write ({reason})") from None
+        _write_output(Path(args.output), text)
     else:
         sys.stdout.write(text)
         sys.stdout.flush()
     return 0
 
+
+
+def _write_output(path: Path, text: str) -> None:
+    """``--output``: a file is replaced atomically (a failed or interrupted write
+    leaves the old one whole; a link's target is written, the link kept); a device
+    or a pipe (``/dev/stdout``) is written as it is."""
+    target = Path(os.path.realpath(path))
+    try:
+        if target.exists() and not target.is_file():
+            target.write_text(text, encoding="utf-8")
+        else:
+            atomic_write(target, text)
+    except OSError as exc:
+        reason = exc.strerror or " ".join(str(exc).split())
+        raise OSError(f"--output {path}: cannot write ({reason})") from None
 
 
 def _one_line(text: str) -> str:

@@ -1,7 +1,7 @@
 """Generated from book/appendix_training_run.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 9aae535d72e658ae
+# digest: 88777c53a9b14ebe
 # fmt: off
 
 # [book/appendix_training_run.ipynb, cell 372244a7]
@@ -83,19 +83,37 @@ class KeepLast:
         folder.mkdir(exist_ok=True)
         state = load_checkpoint(path, mmap=True)         # the optimizer is not read
         step = state["step"]
+        run_of = {"resume_keys": state["extra"].get("resume_keys")}  # whose run
         weights = {"format": CHECKPOINT_FORMAT, "model": state["model"],
                    "optimizer": None, "scheduler": None, "scaler": None, "step": step,
                    "rng": {}, "config": state.get("config"),
-                   "extra": {"weights_only": True}}
+                   "extra": {"weights_only": True, **run_of}}
         out = folder / f"step-{step:06d}.pt"
         atomic_write(out, lambda tmp: torch.save(weights, tmp))
-        for old_step, old in kept_checkpoints(run)[:-self.n]:
+        # the older copies of this run: a file that does not hold the step its name
+        # says (planted, or another run's) is neither counted nor removed
+        ours = [(s, f) for s, f in kept_checkpoints(run) if _holds(f, s, run_of)]
+        for old_step, old in ours[:-self.n]:
             if old_step != step:
                 os.unlink(old)                   # a regular file of the folder
         for name in {m.group(1) for e in os.listdir(folder)
                      if (m := re.fullmatch(r"(step-\d+\.pt)\.tmp\d+(\.\w+)?", e))}:
             remove_stale_temporaries(folder / name)  # left by killed writes
         return out
+
+
+def _holds(file: Path, step: int, run_of: dict) -> bool:
+    """Whether the kept file ``file`` holds the weights of ``step`` of the run whose
+    resume keys ``run_of`` gives (the keys both record agree)."""
+    try:
+        state = load_checkpoint(file, mmap=True)
+    except (CheckpointError, OSError):
+        return False
+    theirs = state["extra"].get("resume_keys")
+    theirs = theirs if isinstance(theirs, dict) else {}
+    ours = run_of["resume_keys"] if isinstance(run_of["resume_keys"], dict) else {}
+    return state["step"] == step and all(theirs[k] == ours[k]
+                                         for k in theirs.keys() & ours.keys())
 
 
 def keep_last(n: int, every: int = 0, last: int | None = None) -> KeepLast:

@@ -1,7 +1,7 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 705da8800f195cfb
+# digest: 8aefa732cfe06d3b
 # fmt: off
 
 # [book/12_translation.ipynb, cell c9e6cf5a]
@@ -158,6 +158,16 @@ TOKENIZER_KINDS = {"bpe": "transformer_lib.translation.tokenizer:BPETokenizer",
                    "marian": "transformer_lib.marian:MarianTokenizerAdapter"}
 
 
+def own_file(path: Path, name: str) -> Path:
+    """``path / name``, refused when it is a link that leads out of the model directory
+    ``path``: a model directory reads only its own files."""
+    file = path / name
+    if file.is_symlink() and not file.resolve().is_relative_to(path.resolve()):
+        raise ModelDirError(f"{file}: a link to {file.resolve()}, outside the model "
+                            "directory: a model directory reads only its own files")
+    return file
+
+
 def load_tokenizer(path) -> TextTokenizer:
     """The tokenizer of the model directory ``path``: the kind that
     ``tokenizer_kind.json`` records (``{"kind": ..., "path": ...}``, the path relative
@@ -167,7 +177,7 @@ def load_tokenizer(path) -> TextTokenizer:
     path = Path(path)
     record_file = path / TOKENIZER_KIND_FILE
     if not record_file.is_file():
-        file = path / TOKENIZER_FILE
+        file = own_file(path, TOKENIZER_FILE)
         if not file.is_file():
             raise ModelDirError(f"{path}: incomplete model directory (no "
                                 f"{TOKENIZER_FILE})")
@@ -204,9 +214,13 @@ def load_config_and_tokenizer(path) -> tuple[TransformerConfig, TextTokenizer]:
     directory ``path`` and check that they agree; a missing or damaged file raises
     :class:`ModelDirError` naming it."""
     path = Path(path)
-    file = path / CONFIG_FILE
+    file = own_file(path, CONFIG_FILE)
     if not file.is_file():
         raise ModelDirError(f"{path}: not a model directory (no {CONFIG_FILE})")
+    if (path / "model.bin").is_file():          # what export_ctranslate2 writes
+        raise ModelDirError(f"{path}: a CTranslate2 export (model.bin), not a model "
+                            "directory: load it with serving.CTranslate2Model (on the "
+                            "command line: translate --engine ctranslate2)")
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
         config = TransformerConfig.from_dict(data)
@@ -241,7 +255,7 @@ def load_model_dir(path, device: str | torch.device | None = None
         raise ModelDirError(f"{path}: no such model directory")
     device = resolve_device(device)
     config, tokenizer = load_config_and_tokenizer(path)
-    weights = path / WEIGHTS_FILE
+    weights = own_file(path, WEIGHTS_FILE)
     if not weights.is_file():
         raise ModelDirError(f"{path}: incomplete model directory (no {WEIGHTS_FILE})")
     check_weights_record(path, config, weights)
@@ -258,6 +272,6 @@ __all__ = [
     'CONFIG_FILE', 'TOKENIZER_FILE', 'WEIGHTS_FILE', 'CHECKPOINT_FILE', 'TRAINING_FILE',
     'GENERATION_FILE', 'ModelDirError', 'save_config_and_tokenizer',
     'save_generation_config', 'load_generation_config', 'save_model_dir',
-    'TOKENIZER_KIND_FILE', 'TOKENIZER_KINDS', 'load_tokenizer',
+    'TOKENIZER_KIND_FILE', 'TOKENIZER_KINDS', 'own_file', 'load_tokenizer',
     'load_config_and_tokenizer', 'load_model_dir',
 ]
