@@ -6,10 +6,8 @@ runs; SIGINT or SIGTERM sent to the recipe alone reaches its training child, whi
 recipe says how to go on (exit 130 or 143). Slow (they start the recipe): the signals."""
 from __future__ import annotations
 
-import contextlib
 import gzip
 import hashlib
-import io
 import json
 import os
 import re
@@ -20,32 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from transformer_lib.translation.corpus import generate_pairs
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "recipes"))
 import multi30k  # noqa: E402
 
-SIZES = {"train": 300, "val": 40, "test_2016_flickr": 30}
-
-
-def fake_multi30k(folder: Path) -> Path:
-    """A folder like Multi30k's task 1 raw files (generated pairs; the sources play the German side)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    pairs, start = generate_pairs(sum(SIZES.values()), seed=0), 0
-    for stem, n in SIZES.items():
-        for lang, side in (("de", 0), ("en", 1)):
-            (folder / f"{stem}.{lang}").write_text("".join(p[side] + "\n" for p in pairs[start:start + n]),
-                                                   encoding="utf-8")
-        start += n
-    return folder
-
-
-def run_main(argv: list[str]) -> tuple[int, str]:
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
-        status = multi30k.main(argv)
-    return status, err.getvalue()
+# the fake data set and the in-process runner of the recipe's main tests
+from test_recipe_multi30k import fake_multi30k, run_main  # noqa: E402
 
 
 def one_line(err: str) -> str:
