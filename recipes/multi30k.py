@@ -428,8 +428,9 @@ def load_state(args) -> dict:
     for name, value in state.get("fixed", {}).items():
         if fixed.get(name) != value:
             option = "--" + name.replace("_", "-")
-            raise RecipeError(f"--work {args.work} holds a run with {option} {value}, this command gives "
-                              f"{fixed.get(name)}: give the same value, or another --work")
+            raise RecipeError(f"--work {args.work} holds a run with {option} {json.dumps(value)}, this "
+                              f"command gives {json.dumps(fixed.get(name))}: give the same value, or another "
+                              "--work")
     state.update(fixed=fixed)
     state.setdefault("segments", [])
     state.setdefault("translations", {})

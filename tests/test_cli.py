@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from child_signals import default_signals
 from tiny_marian import save_tiny_marian, tiny_marian_tokenizer
 
 from transformer_lib.cli.main import build_parser, main
@@ -505,7 +506,8 @@ def _start_process(corpus, out, *extra):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "transformer_lib", "train", "--train", str(corpus["train"]), "--valid",
            str(corpus["valid"]), "--out", str(out), "--checkpoint-every", "3", "--val-every", "3", *TINY, *extra]
-    return subprocess.Popen(cmd, env=env, cwd=ROOT, text=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return subprocess.Popen(cmd, env=env, cwd=ROOT, text=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=default_signals)
 
 
 @pytest.mark.slow

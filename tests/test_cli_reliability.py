@@ -18,6 +18,7 @@ import time
 import pytest
 import test_cli
 import torch
+from child_signals import default_signals
 from test_cli import TINY, _copy_model, _resume_argv, _status, _train
 
 import transformer_lib.cli.translate as cli_translate
@@ -63,7 +64,7 @@ def test_ctrl_c_at_the_start_of_a_run_leaves_a_way_on_that_its_message_names(cor
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT}
     argv = ["train", "--train", str(corpus["train"]), "--out", str(out), "--steps", "3", *TINY]
     proc = subprocess.Popen([sys.executable, "-m", "transformer_lib", *argv], env=env, cwd=ROOT, text=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=default_signals)
     deadline = time.monotonic() + 120
     while not (out / TRAINING_FILE).exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.005)

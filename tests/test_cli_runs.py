@@ -14,13 +14,17 @@ from pathlib import Path
 import pytest
 import test_cli
 import torch
+from child_signals import default_signals
+from safetensors import SafetensorError
 from test_cli import _status, _train
 
 import transformer_lib.cli.train as cli_train
 from transformer_lib.cli.common import LOCK_FILE
 from transformer_lib.training.checkpoint import load_checkpoint
+from transformer_lib.training.metrics_log import METRICS_FILE
 from transformer_lib.translation.model_dir import (
     CHECKPOINT_FILE,
+    GENERATION_FILE,
     TOKENIZER_FILE,
     TRAINING_FILE,
     WEIGHTS_FILE,
@@ -110,12 +114,16 @@ def test_a_planted_copy_keeps_no_slot_of_the_last_n_and_is_not_removed(corpus, t
     assert names == ["step-000006.pt", "step-000009.pt", "step-000099.pt"], names
 
 
-def test_average_of_a_full_disk_names_out_and_leaves_nothing(two_runs, tmp_path, capsys, monkeypatch):
-    """V23b: the model is written into a private folder and moved into place whole."""
+@pytest.mark.parametrize("error", [OSError(28, "No space left on device"),
+                                   SafetensorError("Error while serializing: I/O error: No space left on device "
+                                                   "(os error 28)")])
+def test_average_of_a_full_disk_names_out_and_leaves_nothing(error, two_runs, tmp_path, capsys, monkeypatch):
+    """V23b: the model is written into a private folder and moved into place whole; safetensors' own error for a
+    full disk (neither an OSError nor a RuntimeError) says so too."""
     import transformer_lib.cli.average as average
 
     def full(path, *args, **kwargs):
-        raise OSError(28, "No space left on device")
+        raise error
 
     monkeypatch.setattr(average, "save_model_dir", full)
     out = tmp_path / "avg"
@@ -243,6 +251,21 @@ def test_a_second_writer_of_a_run_folder_is_refused_naming_the_first(extra, corp
         holder.wait()
 
 
+def test_average_into_a_run_folder_that_a_training_writes_is_refused(two_runs, tmp_path, capsys):
+    """I30+: average --force replaced the model of a running training, which then replaced the average."""
+    out = tmp_path / "running"
+    out.mkdir()
+    (out / "config.json").write_text("{}")
+    holder = _hold(out)
+    try:
+        assert _status(["average", str(two_runs[0]), "--last", "2", "--out", str(out), "--force"]) == 1
+        assert f"--out {out}: in use by another run (process {holder.pid}" in _one_error_line(capsys)
+        assert sorted(p.name for p in out.iterdir()) == sorted(["config.json", LOCK_FILE])
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_a_lock_left_by_a_killed_run_is_taken_over_with_a_notice(corpus, tmp_path, capsys):
     out = tmp_path / "run"
     out.mkdir()
@@ -324,6 +347,27 @@ def test_a_tokenizer_json_that_links_outside_is_refused(trained, tmp_path):
         load_model_dir(model, "cpu")
 
 
+@pytest.mark.parametrize("name", [GENERATION_FILE, CHECKPOINT_FILE, METRICS_FILE, TRAINING_FILE])
+def test_no_file_of_a_run_is_read_or_written_through_a_link_outside(name, corpus, trained, tmp_path, capsys):
+    """S06+: generation.json (read by translate), checkpoint.pt and training.json (read by --resume) and
+    metrics.jsonl (appended to by --resume) as links to files outside the run folder are refused, and the outside
+    file is left as it was."""
+    run = tmp_path / "run"
+    shutil.copytree(trained, run, ignore=shutil.ignore_patterns("checkpoints", name))
+    outside = tmp_path / f"outside-{name}"
+    outside.write_bytes((trained / name).read_bytes())
+    (run / name).symlink_to(outside)
+    if name == GENERATION_FILE:
+        source = tmp_path / "in.txt"
+        source.write_text("one two three\n")
+        assert _status(["translate", str(source), "--model", str(run)]) == 1
+    else:
+        assert _train(corpus, run, 12, "--resume") == 1
+    err = _one_error_line(capsys)
+    assert f"{run / name}: a link to {outside}, outside the model directory" in err, err
+    assert outside.read_bytes() == (trained / name).read_bytes()
+
+
 def test_a_ctranslate2_export_given_to_the_torch_engine_says_which_engine(trained, tmp_path, capsys):
     """X21, V21."""
     pytest.importorskip("ctranslate2")
@@ -346,7 +390,8 @@ def test_an_export_inside_the_model_it_reads_is_refused(trained, capsys):
 def _tool(*argv: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
     return subprocess.Popen([sys.executable, "-m", "transformer_lib", *argv], env=env, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_signals)
 
 
 def _torch_loading(pid: int) -> bool:
@@ -360,7 +405,7 @@ def _torch_loading(pid: int) -> bool:
 
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/PID/maps (Linux)")
 @pytest.mark.parametrize("signum, status, name", [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")])
-@pytest.mark.parametrize("later", [0.0, 0.5, 4.0])
+@pytest.mark.parametrize("later", [0.0, 0.1, 0.25, 0.5, 4.0])
 def test_a_signal_at_any_moment_is_one_line_and_the_shells_status(trained, later, signum, status, name):
     """translate waits on its standard input, which stays open. The signal is sent once torch begins to load (the
     first moment that is the tool's, not Python's own start-up), or later: while torch and the chapters are
@@ -375,6 +420,20 @@ def test_a_signal_at_any_moment_is_one_line_and_the_shells_status(trained, later
     assert tool.returncode == status, (tool.returncode, err)
     lines = err.strip().splitlines()
     assert len(lines) == 1 and f"translate: interrupted by {name}" in lines[0] and "Traceback" not in err, err
+
+
+def test_a_ctrl_c_once_the_model_is_written_leaves_the_run_complete_and_status_0(corpus, tmp_path):
+    """I23+: a Ctrl-C the moment train says the model is written was reported as "interrupted before training
+    began", and the same command was then refused. The run is complete: the tool ends with its status."""
+    out = tmp_path / "run"
+    tool = _tool("train", "--train", str(corpus["train"]), "--out", str(out), "--steps", "6", *test_cli.TINY)
+    for line in tool.stderr:
+        if "model written to" in line:
+            tool.send_signal(signal.SIGINT)
+            break
+    rest = tool.communicate(timeout=120)[1]
+    assert tool.returncode == 0, (line, rest)
+    assert rest.strip() == "" and load_model_dir(out, "cpu")
 
 
 _LATE = """

@@ -241,3 +241,12 @@ def test_forward_names_src_and_tgt_in_and_their_batch_sizes():
         model(src, torch.full((2, 4), V))
     with pytest.raises(ValueError, match=r"^src must be a \(B, S\) tensor of token ids"):
         model(torch.arange(5), tgt_in)
+
+
+@pytest.mark.parametrize("positions", ["rope", "sinusoidal", "learned"])
+def test_an_empty_prompt_gives_empty_logits_whatever_the_positions(positions):
+    """N21b (a reshape error with RoPE) and its sibling (max() of no position) of the reliability report:
+    a (B, 0) prompt has no position to score."""
+    model = _model(positions=positions)
+    for batch in (1, 2):
+        assert model.lm(torch.zeros(batch, 0, dtype=torch.long)).shape == (batch, 0, model.config.vocab_size)

@@ -33,6 +33,7 @@ from transformer_lib.translation.metrics import corpus_bleu, paired_bleu_ci
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "recipes"))
 import multi30k  # noqa: E402
+from child_signals import default_signals  # noqa: E402
 
 SIZES = {"train": 300, "val": 40, "test_2016_flickr": 30}
 
@@ -458,7 +459,7 @@ def test_ctrl_c_then_the_same_command_continues(tmp_path):
     cmd = [sys.executable, str(ROOT / "recipes" / "multi30k.py"), "--data", str(data), "--work", str(work),
            "--smoke", "--threads", "1", "--steps", "400", "--checkpoint-every", "20"]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=default_signals)
     lines = []
     try:
         for line in proc.stderr:

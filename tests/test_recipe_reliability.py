@@ -14,6 +14,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "recipes"))
 import multi30k  # noqa: E402
+from child_signals import default_signals  # noqa: E402
 
 # the fake data set and the in-process runner of the recipe's main tests
 from test_recipe_multi30k import fake_multi30k, run_main  # noqa: E402
@@ -269,8 +271,11 @@ def test_a_signal_to_the_recipe_alone_stops_its_training(tmp_path, signum, statu
     cmd = [sys.executable, str(ROOT / "recipes" / "multi30k.py"), "--data", str(data), "--work", str(work),
            "--smoke", "--threads", "1", "--steps", "100000", "--checkpoint-every", "5"]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=default_signals)
     lines, children = [], []
+    # a deadline for the reads below: a recipe that never stops is killed, and the test fails
+    watchdog = threading.Timer(600, os.killpg, (proc.pid, signal.SIGKILL))
+    watchdog.start()
     try:
         for line in proc.stderr:
             lines.append(line)
@@ -282,6 +287,7 @@ def test_a_signal_to_the_recipe_alone_stops_its_training(tmp_path, signum, statu
         lines += proc.stderr.readlines()
         got = proc.wait(timeout=120)
     finally:
+        watchdog.cancel()
         for pid in [proc.pid, *children]:
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)

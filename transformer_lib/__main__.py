@@ -8,8 +8,9 @@ transformer_lib.cli.main, is exported from book/appendix_cli.ipynb. Under
 signals, which a library function must not: Ctrl-C and SIGTERM end the tool with one
 line and the status a shell expects (130, 143) whatever it is doing, even while it is
 still importing torch (``import transformer_lib`` imports nothing heavy, so this file
-runs within milliseconds of the start); and once :func:`~transformer_lib.cli.main.main`
-has returned, a late signal no longer changes the status it returned.
+runs within milliseconds of the start: a signal that comes while torch is imported
+is held until the import is done, then ends the tool); and once the command's output
+is complete (``cli.common.finished``), a late signal no longer changes its status.
 """
 import signal
 import sys
@@ -24,6 +25,17 @@ def _on_sigterm(signum, frame) -> None:
     raise _Terminated()
 
 
+def _hold(owner: bool):
+    """Block Ctrl-C and SIGTERM while torch is imported; the mask to restore after.
+    Python's import of torch (and of numpy within it) is not safe to interrupt: a
+    KeyboardInterrupt there can be swallowed by the C code that imports numpy, or
+    leave a module half-initialised ("cannot load module more than once"). Held
+    signals are delivered, once, when the mask is restored."""
+    if not owner or not hasattr(signal, "pthread_sigmask"):
+        return None
+    return signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT, signal.SIGTERM))
+
+
 def _where(argv: list[str], prog: str) -> str:
     command = next((a for a in argv if not a.startswith("-")), "")
     return f"{prog} {command}".rstrip()
@@ -33,19 +45,25 @@ def run(argv: list[str] | None = None, prog: str = "transformer-lib") -> int:
     """Run the tool on ``argv`` (default: ``sys.argv[1:]``); its exit status."""
     argv = sys.argv[1:] if argv is None else argv
     owner = threading.current_thread() is threading.main_thread()
+    started = False
     try:
         if owner:
             signal.signal(signal.SIGTERM, _on_sigterm)
-        from transformer_lib.cli.common import on_sigterm  # torch and the chapters
-        from transformer_lib.cli.main import main
-        if owner:
-            signal.signal(signal.SIGTERM, on_sigterm)
-        status = main(argv, prog)
-    except KeyboardInterrupt as exc:                 # only while starting: main
-        name, status = (("SIGTERM", 143) if isinstance(exc, _Terminated)   # handles
-                        else ("Ctrl-C", 130))                               # the rest
-        print(f"{_where(argv, prog)}: interrupted by {name} while starting",
-              file=sys.stderr)
+        held = _hold(owner)
+        try:             # torch and the chapters; a signal waits until they are in
+            from transformer_lib.cli.main import main
+        finally:
+            if held is not None:     # a signal that came meanwhile is raised here
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        started = True
+        status = main(argv, prog, restore_signals=not owner)
+    except KeyboardInterrupt as exc:   # while starting: main handles the rest, but
+        common = sys.modules.get("transformer_lib.cli.common")   # for a few steps
+        terminated = (_Terminated, getattr(common, "Terminated", _Terminated))
+        name, status = (("SIGTERM", 143) if isinstance(exc, terminated)
+                        else ("Ctrl-C", 130))
+        when = "" if started else " while starting"
+        print(f"{_where(argv, prog)}: interrupted by {name}{when}", file=sys.stderr)
     finally:
         if owner:           # the tool has said how it ended: a late signal is ignored
             signal.signal(signal.SIGINT, signal.SIG_IGN)

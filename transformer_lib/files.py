@@ -1,7 +1,7 @@
 """Generated from book/appendix_training_run.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 624c2b8e4b1ed2e8
+# digest: 5bd277402a5769ed
 # fmt: off
 
 # [book/appendix_training_run.ipynb, cell 952841c8]
@@ -44,6 +44,18 @@ def remove_stale_temporaries(path: str | os.PathLike) -> None:
 
 
 # [book/appendix_training_run.ipynb, cell b5db4adf]
+#: the errno values of a write that ran out of room: a full disk, a file-size limit
+#: (``ulimit -f``), a quota
+NO_ROOM = (errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC))
+
+
+def no_room(exc: BaseException) -> bool:
+    """Whether a failed write ran out of room: an ``OSError``'s errno, or the text
+    safetensors gives for it (Rust's "... (os error 28)")."""
+    return getattr(exc, "errno", None) in NO_ROOM or any(
+        f"(os error {number})" in str(exc) for number in NO_ROOM)
+
+
 def write_failed(path: Path, exc: BaseException, written: int = 0) -> OSError:
     """The one-line error of a write that failed: it names the file, says why (a full
     disk and a file-size limit say what to do; torch's own text for them, about an
@@ -51,8 +63,7 @@ def write_failed(path: Path, exc: BaseException, written: int = 0) -> OSError:
     reason = getattr(exc, "strerror", None) or (
         f"the write stopped after {written:,} bytes" if isinstance(exc, RuntimeError)
         else " ".join(str(exc).split())[:160])
-    full = isinstance(exc, RuntimeError) or getattr(exc, "errno", None) in (
-        errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC))
+    full = isinstance(exc, RuntimeError) or no_room(exc)
     size = path.stat().st_size if path.is_file() else 0    # the file it replaces
     amount = (f"{size / 1e6:.1f} MB" if size >= 1e6
               else f"{max(1, round(size / 1e3))} kB")

@@ -1,14 +1,13 @@
 """Generated from book/appendix_serving.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 9573e6142df46928
+# digest: d2a3e6d26b2e69c3
 # fmt: off
 
 # [book/appendix_serving.ipynb, cell f137de59]
 from __future__ import annotations
 
 import copy
-import errno
 import json
 import os
 import shutil
@@ -25,6 +24,7 @@ from transformer_lib.decoding.beam import check_beam_size
 from transformer_lib.decoding.config import GenerationConfig
 from transformer_lib.decoding.greedy import check_settings, check_src, token_scores
 from transformer_lib.export_manifest import BOOK_FOLDER, check_export, write_manifest
+from transformer_lib.files import no_room
 from transformer_lib.model import Transformer
 from transformer_lib.translation.model_dir import (CONFIG_FILE, TOKENIZER_FILE,
                                                    TOKENIZER_KIND_FILE,
@@ -180,8 +180,7 @@ def _export_failed(out: Path, exc: OSError, existed: bool, tmp: Any) -> OSError:
     """One line naming ``out`` (never the temporary), in the words of
     ``files.write_failed``: why, and what to do about a full disk."""
     reason = exc.strerror or " ".join(str(exc).replace(str(tmp), str(out)).split())
-    full = exc.errno in (errno.ENOSPC, errno.EFBIG,
-                         getattr(errno, "EDQUOT", errno.ENOSPC))
+    full = no_room(exc)
     hint = ("is the disk full, or a file-size limit reached? Free some space and try "
             "again; " if full else "")
     kept = f"{out} was left as it was" if existed else "nothing was left behind"

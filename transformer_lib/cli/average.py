@@ -1,13 +1,13 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 2effa953565cb1ad
+# digest: f8f6fc1767df162d
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell bc585d87]
 from __future__ import annotations
 
-import errno
+import contextlib
 import hashlib
 import json
 import os
@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 
 from transformer_lib.checks import check_int
 from transformer_lib.model import Transformer
@@ -25,14 +26,14 @@ from transformer_lib.training.checkpoint import load_checkpoint
 from transformer_lib.training.snapshots import KEPT_DIR, KeepLast, keep_last
 from transformer_lib.training.snapshots import KEPT_NAME, kept_checkpoints
 from transformer_lib.training.snapshots import remove_kept as remove_kept_checkpoints
-from transformer_lib.files import atomic_write
+from transformer_lib.files import atomic_write, no_room
 from transformer_lib.translation.model_dir import (
     CHECKPOINT_FILE, CONFIG_FILE, TOKENIZER_FILE, TOKENIZER_KIND_FILE, TRAINING_FILE,
     ModelDirError, load_config_and_tokenizer, load_generation_config, load_model_dir,
-    save_generation_config, save_model_dir)
+    own_file, save_generation_config, save_model_dir)
 from transformer_lib.translation.tokenizer import BPETokenizer
 from transformer_lib.cli.common import UsageError, check_output, log_line
-from transformer_lib.cli.common import refuse_link
+from transformer_lib.cli.common import LOCK_FILE, finished, hold_lock, refuse_link
 from transformer_lib.cli.record import run_keys, write_run_record
 
 #: the record of what an averaged model directory averaged (the kept checkpoints
@@ -144,16 +145,20 @@ def _inputs(args) -> list[tuple[Path, Path | None]]:
     return found
 
 
-def _check_average_out(out: Path, found, force: bool) -> Path:
-    """``--out``: not a link, not inside the directory of an input, and new or empty
-    unless ``--force``. Returns a private folder beside it, made now (so that a path
-    that cannot be written is found before anything is read), where the model is
-    written before it is moved into place."""
+def _check_average_out(out: Path, found, force: bool,
+                       held: contextlib.ExitStack) -> Path:
+    """``--out``: not a link, not inside the directory of an input, not a run that a
+    training writes (its lock is taken, in ``held``), and new or empty unless
+    ``--force``. Returns a private folder beside it, made now (so that a path that
+    cannot be written is found before anything is read), where the model is written
+    before it is moved into place."""
     refuse_link("--out", out)
     check_output("--out", out, folders=[home for home, _ in found])
     if out.exists() and not out.is_dir():
         raise ModelDirError(f"--out {out}: a file, not a directory")
-    if out.is_dir() and any(out.iterdir()) and not force:
+    if out.is_dir():
+        held.enter_context(hold_lock(out, "--out", log_line))
+    if out.is_dir() and any(f.name != LOCK_FILE for f in out.iterdir()) and not force:
         raise ModelDirError(f"--out {out}: is not empty: choose a new directory, or "
                             "pass --force to replace the model there")
     try:
@@ -196,7 +201,7 @@ def _weights(home: Path, file: Path | None, model) -> tuple[dict, int | None, di
             raise ModelDirError(f"{file}: named step {int(named.group(1))} but holds "
                                 f"step {state['step']}: not a copy its run kept")
         return state["model"], state["step"], run_keys(state.get("extra"))
-    record = _read_json(home / TRAINING_FILE) or {}
+    record = _read_json(own_file(home, TRAINING_FILE)) or {}
     step = record.get("steps")
     keys = run_keys({"resume_keys": {**record.get("args", {}), **record}})
     weights = load_model_dir(home, "cpu")[0].state_dict()
@@ -238,11 +243,11 @@ def _one_run(seen: list[tuple[str, dict, int | None, str]], allow_mixed: bool) -
 
 
 # [book/appendix_cli.ipynb, cell 64e32f04]
-def _write_average(tmp: Path, out: Path, force: bool) -> None:
+def _write_average(tmp: Path, out: Path) -> None:
     """Move the model written in the private folder ``tmp`` into ``out``: a rename, or
-    with ``--force`` into a folder that holds files, one file at a time after the
-    files of the model that was there are removed."""
-    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+    into a folder that exists (locked, and empty or given with ``--force``) one file at
+    a time, after the files of the model that was there are removed."""
+    if not out.exists():
         os.replace(tmp, out)
         return
     for name in (CHECKPOINT_FILE, TRAINING_FILE, TOKENIZER_KIND_FILE, METRICS_FILE):
@@ -260,25 +265,25 @@ def run_average(args) -> int:
     (generation.json). The directory appears whole or not at all."""
     out = Path(args.out)
     found = _inputs(args)
-    tmp = _check_average_out(out, found, args.force)
-    try:
-        model, tokenizer, generation, text, steps = _average(found, args.allow_mixed,
-                                                             out)
+    with contextlib.ExitStack() as held:            # --out's lock, while it is used
+        tmp = _check_average_out(out, found, args.force, held)
         try:
-            save_model_dir(tmp, model, tokenizer)
-            save_generation_config(tmp, generation)
-            atomic_write(tmp / AVERAGED_FILE, text)
-            _write_average(tmp, out, args.force)
-        except (OSError, RuntimeError) as exc:
-            full = "disk full" in str(exc) or getattr(exc, "errno", None) in (
-                errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC))
-            why = ("is the disk full, or a file-size limit reached? Free some space "
-                   "and try again" if full
-                   else getattr(exc, "strerror", None) or type(exc).__name__)
-            raise OSError(f"--out {out}: could not write the averaged model ({why}); "
-                          "nothing was written there") from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+            model, tokenizer, generation, text, steps = _average(
+                found, args.allow_mixed, out)
+            try:
+                save_model_dir(tmp, model, tokenizer)
+                save_generation_config(tmp, generation)
+                atomic_write(tmp / AVERAGED_FILE, text)
+                _write_average(tmp, out)
+            except (OSError, RuntimeError, SafetensorError) as exc:
+                why = ("is the disk full, or a file-size limit reached? Free some "
+                       "space and try again" if no_room(exc) or "disk full" in str(exc)
+                       else getattr(exc, "strerror", None) or type(exc).__name__)
+                raise OSError(f"--out {out}: could not write the averaged model "
+                              f"({why}); nothing was written there") from None
+            finished()                    # the model is in place: nothing to stop
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     log_line(f"averaged {len(found)} checkpoints (steps {steps}) into {out}")
     return 0
 

@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 8f5bc6906c1e9378
+# digest: 6fb466a3b8347f98
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell 8f7e9b6c]
@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -140,6 +142,30 @@ def hold_lock(folder: Path, option: str, say):
         os.close(fd)
 
 
+# [book/appendix_cli.ipynb, cell held-code]
+#: the signals that stop a command: Ctrl-C (SIGINT) and SIGTERM
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def take_signals() -> dict:
+    """For one command, in the main thread: SIGTERM raised like Ctrl-C
+    (:class:`Terminated`). Returns the handlers it replaces, for :func:`main` to put
+    back (none in another thread, where Python cannot set handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    saved = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    signal.signal(signal.SIGTERM, on_sigterm)
+    return saved
+
+
+def finished() -> None:
+    """The command's output is complete: a Ctrl-C or SIGTERM from here has nothing
+    left to stop, and is ignored until :func:`main` puts the handlers back."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+
+
 # [book/appendix_cli.ipynb, cell 62dfc84f]
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a bad option gives one line on stderr, not the whole usage
@@ -254,6 +280,6 @@ class Progress:
 __all__ = [
     'MODEL_DEFAULTS', 'MIN_VOCAB', 'DECODER_DEFAULTS', 'UsageError', 'Interrupted',
     'Terminated', 'on_sigterm', 'interrupted', 'LOCK_FILE', 'refuse_link',
-    'check_output', 'hold_lock', 'device_option', 'start_processes', 'log_line',
-    'bucket_loader', 'Progress',
+    'check_output', 'hold_lock', 'STOP_SIGNALS', 'take_signals', 'finished',
+    'device_option', 'start_processes', 'log_line', 'bucket_loader', 'Progress',
 ]

@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: a04f181a5a87592b
+# digest: e22003ccc56a0e3c
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell c1ea5234]
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import time
 
 from transformer_lib.checks import check_float, check_int, check_probability
@@ -18,6 +19,7 @@ from transformer_lib.precision import PRECISIONS
 from transformer_lib.cli.common import DECODER_DEFAULTS, MIN_VOCAB, MODEL_DEFAULTS
 from transformer_lib.cli.common import Interrupted, OneLineParser, number_option
 from transformer_lib.cli.common import UsageError, interrupted, log_line
+from transformer_lib.cli.common import finished, take_signals
 from transformer_lib.cli.average import run_average
 from transformer_lib.cli.serve import run_export_ctranslate2
 from transformer_lib.cli.train import run_train
@@ -178,6 +180,7 @@ def run_convert_marian(args) -> int:
     it needs ``transformers``, which nothing else in the tool does)."""
     from transformer_lib.marian import convert_marian
     out = convert_marian(args.src, args.out)
+    finished()                   # the model directory is complete
     log_line(f"wrote {out}")
     return 0
 
@@ -245,15 +248,20 @@ def build_parser(prog: str = "transformer-lib") -> argparse.ArgumentParser:
 
 
 # [book/appendix_cli.ipynb, cell cli-main]
-def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str | None = None, *,
+         restore_signals: bool = True) -> int:
     """The entry point of ``python -m transformer_lib`` and of the ``transformer-lib``
     console script. Returns the exit status: 0; 2 for a bad option or options that do
     not fit together; 1 for another error; 130 after Ctrl-C, 143 after SIGTERM. An
     error is one line on stderr, never a traceback; under torchrun rank 0 alone prints
-    it, and each process leaves it in its torchrun error record."""
+    it, and each process leaves it in its torchrun error record. Once the command's
+    output is complete (``finished``), a Ctrl-C or SIGTERM is ignored; the handlers
+    are put back on return (``restore_signals=False``: left, for the console script,
+    which exits)."""
     parser = build_parser(prog or "transformer-lib")
     args = parser.parse_args(argv)
     where = f"{parser.prog} {args.command}"
+    saved = take_signals()                # SIGTERM as Ctrl-C, for this command
     try:
         return args.func(args)
     except Interrupted as exc:
@@ -271,6 +279,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     except Exception as exc:                 # a bug: still one line, with its type
         message = " ".join(str(exc).split())
         return _report(f"{where}: error: {type(exc).__name__} {message}".rstrip(), 1)
+    finally:
+        for sig, handler in saved.items():
+            if restore_signals and handler is not None:
+                signal.signal(sig, handler)
 
 
 def _forget_unhandled_interrupt() -> None:

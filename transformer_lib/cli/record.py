@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 399843b0cbccde2e
+# digest: 86734a20ac6dd16e
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell eb1cc6f2]
@@ -17,7 +17,7 @@ from transformer_lib.training.checkpoint import CheckpointError, check_same_run
 from transformer_lib.training.checkpoint import checkpoint_step, load_checkpoint
 from transformer_lib.translation.model_dir import (
     CHECKPOINT_FILE, CONFIG_FILE, TRAINING_FILE, WEIGHTS_FILE, ModelDirError,
-    check_weights_record, config_differences, load_config_and_tokenizer)
+    check_weights_record, config_differences, load_config_and_tokenizer, own_file)
 from transformer_lib.translation.tokenizer import BPETokenizer
 from transformer_lib.cli.common import UsageError
 
@@ -72,11 +72,11 @@ def check_run_record(out: Path, args, corpus: str) -> None:
     (the library's resume rule, asked of checkpoint.pt, naming this tool's options);
     the warm-up is the run's unless given."""
     try:
-        check_same_run(out / CHECKPOINT_FILE, args.accum_steps,
+        check_same_run(own_file(out, CHECKPOINT_FILE), args.accum_steps,
                        resume_keys(args, corpus), labels=RESUME_LABELS)
     except FileNotFoundError:               # _check_out and load_resume_setup say so
         pass
-    file = out / TRAINING_FILE
+    file = own_file(out, TRAINING_FILE)
     if not file.is_file():
         return
     try:
@@ -117,7 +117,7 @@ def load_resume_setup(path) -> tuple[TransformerConfig, BPETokenizer]:
     record in ``model.safetensors``. A difference raises :class:`ModelDirError`, a
     damaged checkpoint a ``CheckpointError``, each naming the file."""
     path = Path(path)
-    checkpoint = path / CHECKPOINT_FILE
+    checkpoint = own_file(path, CHECKPOINT_FILE)
     if not checkpoint.exists():          # a damaged one: load_checkpoint says how
         raise ModelDirError(f"{path}: nothing to resume (no {CHECKPOINT_FILE})")
     config, tokenizer = load_config_and_tokenizer(path)

@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: b7e6121c7d1f50f4
+# digest: d50358cd97b632bd
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell 3c9611f9]
@@ -21,7 +21,7 @@ from transformer_lib.translation.model_dir import load_generation_config
 from transformer_lib.translation.model_dir import save_generation_config
 from transformer_lib.translation.translate import translate_with
 from transformer_lib.cli.common import UsageError, check_output, refuse_link
-from transformer_lib.cli.common import device_option, log_line
+from transformer_lib.cli.common import device_option, finished, log_line
 
 
 def _need_ctranslate2(option: str) -> None:
@@ -49,6 +49,7 @@ def run_export_ctranslate2(args) -> int:
     export_ctranslate2(model, tokenizer, out, args.quantization)
     if generation is not None:
         save_generation_config(out, generation)
+    finished()                   # the export is complete: nothing left to stop
     log_line(f"wrote {out}")
     return 0
 

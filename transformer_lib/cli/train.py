@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: d743bbdfb424e6e4
+# digest: 0e66d5f898efa81e
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell cli-train-imports]
@@ -10,9 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 import secrets
-import signal
 import tempfile
-import threading
 from pathlib import Path
 
 import torch
@@ -32,12 +30,12 @@ from transformer_lib.translation.corpus import read_parallel
 from transformer_lib.translation.model_dir import (
     CHECKPOINT_FILE, CONFIG_FILE, GENERATION_FILE, TOKENIZER_FILE, TRAINING_FILE,
     WEIGHTS_FILE, ModelDirError, load_config_and_tokenizer,
-    save_config_and_tokenizer, save_generation_config, save_model_dir)
+    own_file, save_config_and_tokenizer, save_generation_config, save_model_dir)
 from transformer_lib.translation.tokenizer import BPETokenizer, encode_pairs
 from transformer_lib.cli.common import LOCK_FILE, MODEL_DEFAULTS, UsageError
-from transformer_lib.cli.common import hold_lock, interrupted, on_sigterm, refuse_link
+from transformer_lib.cli.common import hold_lock, interrupted, refuse_link
 from transformer_lib.cli.common import bucket_loader, log_line, start_processes
-from transformer_lib.cli.common import Progress
+from transformer_lib.cli.common import Progress, finished
 from transformer_lib.cli.record import check_run_record, check_steps, fingerprint
 from transformer_lib.cli.record import checkpoint_run_id
 from transformer_lib.cli.record import load_resume_setup, resume_keys
@@ -173,11 +171,9 @@ def _model_setup(args, pairs, rank: int, world: int
 def run_train(args) -> int:
     """``train``: read the corpus, train (or load) the tokenizer, train the model, write
     the directory. Under torchrun every process runs it; rank 0 alone writes files.
-    Ctrl-C and SIGTERM end it with :class:`Interrupted` (once training has begun,
-    ``_train`` says where the run is saved). Rank 0 holds ``--out``'s lock until
-    it returns."""
-    main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, on_sigterm) if main_thread else None
+    Ctrl-C and SIGTERM (which :func:`main` raises like Ctrl-C) end it with
+    :class:`Interrupted` (once training has begun, ``_train`` says where the run is
+    saved). Rank 0 holds ``--out``'s lock until it returns."""
     try:
         with contextlib.ExitStack() as held:
             rank, world, device = start_processes(args.device, args.threads)
@@ -187,8 +183,6 @@ def run_train(args) -> int:
                           "command again") from None
     finally:
         cleanup_distributed()
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
 
 
 def _where_saved(checkpoint: Path, step: int, resumed: bool) -> str:
@@ -236,7 +230,7 @@ def _fit(*args, **kwargs):
 def _train(args, rank: int, world: int, device: torch.device,
            held: contextlib.ExitStack) -> int:
     out, say = Path(args.out), log_line if rank == 0 else (lambda message: None)
-    checkpoint = out / CHECKPOINT_FILE
+    checkpoint = own_file(out, CHECKPOINT_FILE)   # links out of the run: refused
     if len(args.train) > 2 or (args.valid and len(args.valid) > 2):
         raise ValueError("--train and --valid take one TSV file or two aligned files")
     if not args.resume:
@@ -296,18 +290,18 @@ def _train(args, rank: int, world: int, device: torch.device,
                        checkpoint_every=args.checkpoint_every, on_checkpoint=keep,
                        resume_from=str(checkpoint) if args.resume else None,
                        resume_keys={**resume_keys(args, corpus), "run_id": run_id},
-                       metrics_path=str(out / METRICS_FILE))
+                       metrics_path=str(own_file(out, METRICS_FILE)))
+        loss = history.loss[-1] if history.loss else None
+        val_loss = history.val[-1].get("val_loss") if history.val else None
+        if rank == 0:                # the model written; then the tool holds signals
+            _write_model(out, model.cpu(), tokenizer, history.last_step, corpus=corpus,
+                         record=record, run_id=run_id, loss=loss, val_loss=val_loss,
+                         world_size=world)
     except KeyboardInterrupt as exc:
         raise interrupted(exc, _where_saved(checkpoint, scheduler.last_epoch,
                                             args.resume)) from None
     finally:
         progress.close()
-    loss = history.loss[-1] if history.loss else None
-    val_loss = history.val[-1].get("val_loss") if history.val else None
-    if rank == 0:
-        _write_model(out, model.cpu(), tokenizer, history.last_step, record=record,
-                     corpus=corpus, run_id=run_id, loss=loss, val_loss=val_loss,
-                     world_size=world)
     losses = "".join(f", {k} loss {v:.3f}" for k, v in
                      (("train", loss), ("valid", val_loss)) if v is not None)
     say(f"step {history.last_step}/{steps}{losses}; {history.seconds:.1f} s; "
@@ -328,6 +322,7 @@ def _write_model(out: Path, model: Transformer, tokenizer: BPETokenizer, step: i
             save_generation_config(out, GenerationConfig())  # the paper's: GNMT, 0.6
             written = True
         pending.deliver()
+        finished()                     # the run is complete: nothing left to stop
     except KeyboardInterrupt as exc:
         raise interrupted(exc, f"after step {step}, " + (
             f"once the model was written to {out}: the run is complete" if written

@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: c3c4b1eaa8ee0aac
+# digest: 53b5c72e8ada724c
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell 5b80d677]
@@ -19,7 +19,7 @@ from transformer_lib.files import atomic_write
 from transformer_lib.translation.model_dir import load_generation_config
 from transformer_lib.translation.translate import translate_lines
 from transformer_lib.cli.common import UsageError
-from transformer_lib.cli.common import check_output, log_line
+from transformer_lib.cli.common import check_output, finished, log_line
 from transformer_lib.cli.serve import load_engine, torch_model, translate_engine
 
 
@@ -146,6 +146,7 @@ def run_translate(args) -> int:
     else:
         sys.stdout.write(text)
         sys.stdout.flush()
+    finished()                   # every translation is out: nothing left to stop
     return 0
 
 

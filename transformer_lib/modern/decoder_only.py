@@ -1,7 +1,7 @@
 """Generated from book/13_modern.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 699b4072427576f4
+# digest: 2e7ab3670f682d33
 # fmt: off
 
 # [book/13_modern.ipynb, cell 96baa493]
@@ -205,7 +205,7 @@ class DecoderOnlyLM(nn.Module):
     def _add_positions(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         if self.position is None:
             return x
-        if int(positions.max()) >= self.config.max_len:          # one host sync
+        if positions.numel() and int(positions.max()) >= self.config.max_len:  # 1 sync
             raise ValueError(f"a position reaches {int(positions.max())}, beyond the "
                              f"table (max_len={self.config.max_len})")
         if isinstance(self.position, PositionalEncoding):

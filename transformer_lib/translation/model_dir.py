@@ -1,7 +1,7 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 8aefa732cfe06d3b
+# digest: a1f0d8badb39313c
 # fmt: off
 
 # [book/12_translation.ipynb, cell c9e6cf5a]
@@ -76,7 +76,7 @@ def load_generation_config(path) -> GenerationConfig:
     """The decoding defaults of the model directory ``path``: its ``generation.json``,
     checked as a new :class:`GenerationConfig` is, or without that file the library's
     defaults. A damaged file raises :class:`ModelDirError` naming it."""
-    file = Path(path) / GENERATION_FILE
+    file = own_file(Path(path), GENERATION_FILE)
     if not file.is_file():
         return GenerationConfig()
     try:
@@ -175,7 +175,7 @@ def load_tokenizer(path) -> TextTokenizer:
     :class:`~transformer_lib.translation.tokenizer.BPETokenizer` of
     ``tokenizer.json``. A missing or damaged file raises :class:`ModelDirError`."""
     path = Path(path)
-    record_file = path / TOKENIZER_KIND_FILE
+    record_file = own_file(path, TOKENIZER_KIND_FILE)
     if not record_file.is_file():
         file = own_file(path, TOKENIZER_FILE)
         if not file.is_file():
