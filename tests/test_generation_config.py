@@ -161,3 +161,14 @@ def test_sampling_without_a_generator_is_seeded_by_the_config():
 def test_a_setting_the_decoder_would_ignore_is_refused(call, needle):
     with pytest.raises(ValueError, match=needle):
         call(make_model(0), make_src(0, 2, 4))
+
+
+def test_a_decoder_refuses_a_strategy_keyword_of_another_strategy():
+    """greedy_decode(..., strategy="sample") decoded greedily, silently: the decoder called decides the strategy,
+    and a keyword that asks for another one is refused, naming it."""
+    model, src = make_model(), make_src(0, 2, 5)
+    with pytest.raises(ValueError, match="strategy: this decoder decodes by 'greedy', got 'sample'"):
+        greedy_decode(model, src, strategy="sample")
+    with pytest.raises(ValueError, match="strategy: this decoder decodes by 'beam', got 'greedy'"):
+        beam_search(model, src, strategy="greedy")
+    assert torch.equal(greedy_decode(model, src, strategy="greedy"), greedy_decode(model, src))

@@ -1,7 +1,7 @@
 """Generated from book/11_decoding.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 6fd58fd6b8e54c2e
+# digest: e932628a281c40d6
 # fmt: off
 
 # [book/11_decoding.ipynb, cell 42810989]
@@ -151,7 +151,12 @@ def resolve_config(config: GenerationConfig | None, strategy: str | None,
             value = "first_k" if value is True else "book" if value is False else value
         given[ALIASES.get(name, name)] = value
         aliased[ALIASES.get(name, name)] = name
-    if strategy is not None:
+    if strategy is not None:                 # the decoder called decides the strategy
+        asked = given.get("strategy", strategy)
+        if asked != strategy:
+            raise ValueError(f"strategy: this decoder decodes by {strategy!r}, got "
+                             f"{asked!r}: call the decoder of that strategy, or "
+                             "translate_lines")
         given["strategy"] = strategy
     try:
         config = config.replace(**given)
