@@ -231,18 +231,13 @@ def _hold(folder: Path) -> subprocess.Popen:
     return holder
 
 
-@pytest.mark.parametrize("extra", [[], ["--force"], ["--resume"]])
-def test_a_second_writer_of_a_run_folder_is_refused_naming_the_first(extra, corpus, trained, tmp_path, capsys):
-    out = tmp_path / "run"
-    out.mkdir()
-    if extra == ["--resume"]:
-        for f in trained.iterdir():
-            if f.is_file():
-                (out / f.name).write_bytes(f.read_bytes())
+def _refused_while_held(out: Path, command, capsys) -> None:
+    """While another process holds ``out``'s lock, ``command()`` fails with one line naming that process, and the
+    folder is left as it was (but for the holder's lock file)."""
     before = sorted(p.name for p in out.iterdir())
     holder = _hold(out)
     try:
-        assert _train(corpus, out, 8, *extra) == 1
+        assert command() == 1
         err = _one_error_line(capsys)
         assert f"--out {out}: in use by another run (process {holder.pid}" in err, err
         assert sorted(p.name for p in out.iterdir()) == sorted([*before, LOCK_FILE])
@@ -251,19 +246,24 @@ def test_a_second_writer_of_a_run_folder_is_refused_naming_the_first(extra, corp
         holder.wait()
 
 
+@pytest.mark.parametrize("extra", [[], ["--force"], ["--resume"]])
+def test_a_second_writer_of_a_run_folder_is_refused_naming_the_first(extra, corpus, trained, tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    if extra == ["--resume"]:
+        for f in trained.iterdir():
+            if f.is_file():
+                (out / f.name).write_bytes(f.read_bytes())
+    _refused_while_held(out, lambda: _train(corpus, out, 8, *extra), capsys)
+
+
 def test_average_into_a_run_folder_that_a_training_writes_is_refused(two_runs, tmp_path, capsys):
     """I30+: average --force replaced the model of a running training, which then replaced the average."""
     out = tmp_path / "running"
     out.mkdir()
     (out / "config.json").write_text("{}")
-    holder = _hold(out)
-    try:
-        assert _status(["average", str(two_runs[0]), "--last", "2", "--out", str(out), "--force"]) == 1
-        assert f"--out {out}: in use by another run (process {holder.pid}" in _one_error_line(capsys)
-        assert sorted(p.name for p in out.iterdir()) == sorted(["config.json", LOCK_FILE])
-    finally:
-        holder.kill()
-        holder.wait()
+    _refused_while_held(out, lambda: _status(["average", str(two_runs[0]), "--last", "2", "--out", str(out),
+                                              "--force"]), capsys)
 
 
 def test_a_lock_left_by_a_killed_run_is_taken_over_with_a_notice(corpus, tmp_path, capsys):
