@@ -63,4 +63,5 @@ if __name__ == "__main__":
     import transformer_lib.packed
 
     transformer_lib.packed.PACKED_MIN_WORK = 0
+    transformer_lib.packed.PACKED_MIN_ROWS = 0
     runpy.run_module("transformer_lib", run_name="__main__", alter_sys=True)

@@ -29,7 +29,9 @@ from transformer_lib.decoding.beam import beam_search
 from transformer_lib.decoding.greedy import Stepper, decoding_mode, greedy_decode, token_scores
 from transformer_lib.decoding.sampling import sample
 from transformer_lib.feed_forward import PositionwiseFeedForward
-from transformer_lib.packed import PROBE_TOL, PackedDecoder, PackedLinear, PackedStepper, onednn_linear
+from transformer_lib import packed as packed_module
+from transformer_lib.packed import (PROBE_TOL, Int8Linear, PackedDecoder, PackedLinear, PackedStepper,
+                                    onednn_linear)
 from transformer_lib.serving import compare_outputs
 from transformer_lib.translation.corpus import generate_pairs
 from transformer_lib.translation.tokenizer import BPETokenizer
@@ -49,6 +51,20 @@ SHAPES = {
                           final_norm=False),
 }
 V = 40
+#: the thresholds as the library sets them, before the fixture below lowers them
+THRESHOLDS = {"PACKED_MIN_WORK": packed_module.PACKED_MIN_WORK, "PACKED_MIN_ROWS": packed_module.PACKED_MIN_ROWS}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _every_product_on_onednn():
+    """The thresholds at 0 for this file's tests: the products of their small models would all go to F.linear
+    (below PACKED_MIN_WORK), and the point is to decode on oneDNN's products as a large model does.
+    test_the_thresholds_send_small_products_to_f_linear puts them back."""
+    for name in THRESHOLDS:
+        setattr(packed_module, name, 0)
+    yield
+    for name, value in THRESHOLDS.items():
+        setattr(packed_module, name, value)
 
 
 def random_model(seed: int, d_model: int = 32, max_len: int = 64, dtype: torch.dtype = torch.float32,
@@ -207,6 +223,7 @@ def test_without_sound_onednn_operators_the_decoders_fall_back_to_f_linear(onedn
     import transformer_lib.packed as packed_module
     onednn(**patches)
     monkeypatch.setattr(packed_module, "PACKED_MIN_WORK", 0)
+    monkeypatch.setattr(packed_module, "PACKED_MIN_ROWS", 0)
     model = random_model(3)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -587,7 +604,106 @@ def test_translate_lines_takes_a_packed_decoder(tokenizer):
     lines = [p.src for p in generate_pairs(6, seed=5)] + [""]
     for kwargs in ({}, {"strategy": "beam", "beam_size": 3}, {"strategy": "sample", "seed": 2}):
         ours = translate_lines(fast, tokenizer, lines, batch_size=4, **kwargs)
-        assert ours == translate_lines(model, tokenizer, lines, batch_size=4, **kwargs), kwargs
+        assert ours == translate_lines(model, tokenizer, lines, batch_size=4, engine="torch", **kwargs), kwargs
+        assert ours == translate_lines(model, tokenizer, lines, batch_size=4, **kwargs), kwargs    # auto: packed
         assert len(ours) == len(lines) and ours[-1] == ""
     bf16 = translate_lines(fast, tokenizer, lines, precision="bf16")       # autocast: F.linear in bfloat16
     assert len(bf16) == len(lines) and all(isinstance(line, str) for line in bf16)
+
+
+# ---------------------------------------------------------------- the thresholds, int8, translate_lines' engines
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="PyTorch built without oneDNN")
+def test_the_thresholds_send_small_products_to_f_linear(monkeypatch):
+    """At the library's thresholds a product of fewer than PACKED_MIN_ROWS rows, or of fewer multiply-adds than
+    PACKED_MIN_WORK, is F.linear's exactly and never reaches oneDNN; a product above both is oneDNN's."""
+    for name, value in THRESHOLDS.items():
+        monkeypatch.setattr(packed_module, name, value)
+    torch.manual_seed(0)
+    wide = nn.Linear(256, 8000)                                   # opus-mt's output layer, smaller vocabulary
+    layer = PackedLinear.of(wide)
+    calls = []
+    real = layer.ops
+    monkeypatch.setattr(layer, "ops", type("Spy", (), {"linear": lambda self, *a: calls.append(1) or real.linear(*a)})())
+    rows = THRESHOLDS["PACKED_MIN_ROWS"]
+    with torch.no_grad():
+        for x in (torch.randn(rows - 1, 256), torch.randn(1, rows - 1, 256)):          # too few rows
+            assert torch.equal(layer(x), F.linear(x, wide.weight, wide.bias))
+        assert calls == []
+        small = PackedLinear.of(nn.Linear(16, 16))
+        x = torch.randn(rows, 16)                                                        # too little work
+        assert torch.equal(small(x), F.linear(x, small.weight, small.bias))
+        x = torch.randn(2, rows, 256)                                                    # 2·rows rows, enough work
+        assert x.numel() * 8000 >= THRESHOLDS["PACKED_MIN_WORK"]
+        out = layer(x)
+        assert calls == [1]
+        torch.testing.assert_close(out, F.linear(x, wide.weight, wide.bias), rtol=1e-4, atol=1e-4)
+
+
+def int8_bound(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """How far dynamic int8 may move x Wᵀ (..., n_out): each weight rounded by at most half its row's step
+    (max |w_row| / 127), each input by at most half of x's step, the range of x and 0 over 127 (7 bits: FBGEMM's
+    reduced range) but at least 6.1e-5 (PyTorch's choose_qparams raises a smaller step to that, its
+    SMALL_SCALE_THRESHOLD), and their product's cross term."""
+    s_w = weight.abs().amax(dim=1) / 127                                      # (n_out,)
+    s_x = ((x.max().clamp_min(0) - x.min().clamp_max(0)) / 127).clamp_min(6.1e-5)
+    return (x.abs().sum(-1, keepdim=True) * s_w / 2 + weight.abs().sum(1) * s_x / 2
+            + weight.size(1) * s_w * s_x / 4)
+
+
+@settings(max_examples=examples(25), deadline=None)
+@given(n_in=st.integers(1, 48), n_out=st.integers(1, 48), rows=st.integers(1, 6), bias=st.booleans(),
+       scale=st.sampled_from([1e-3, 1.0, 30.0]), seed=st.integers(0, 10_000))
+def test_int8_linear_is_within_the_rounding_of_its_int8_steps(n_in, n_out, rows, bias, scale, seed):
+    torch.manual_seed(seed)
+    linear = nn.Linear(n_in, n_out, bias=bias)
+    x = scale * torch.randn(rows, n_in)
+    with torch.no_grad():
+        out, ref = Int8Linear.of(linear)(x), F.linear(x, linear.weight, linear.bias)
+        bound = int8_bound(x, linear.weight)
+    assert out.shape == ref.shape and out.dtype == torch.float32
+    assert ((out - ref).abs() <= 1.01 * bound + 1e-6 * ref.abs() + 1e-30).all(), ((out - ref).abs() / bound).max()
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_an_int8_decoder_scores_within_its_rounding_and_decodes(shape):
+    """PackedDecoder(model, "int8"): the first step's logits within 5 % of their spread of float32's (int8 rounds
+    each weight by at most 0.4 % of its row's largest), and greedy decoding and beam search run to the end."""
+    model = random_model(40, **SHAPES[shape])
+    src = sources(40, model)
+    fast, int8 = PackedDecoder(model), PackedDecoder(model, "int8")
+    ys = torch.full((src.size(0), 1), model.config.bos_id)
+    with torch.no_grad():
+        a, b = fast.stepper(src).step(ys), int8.stepper(src).step(ys)
+    finite = torch.isfinite(a)
+    assert torch.equal(finite, torch.isfinite(b))
+    spread = a[finite].max() - a[finite].min()
+    assert ((a - b)[finite].abs() <= 0.05 * spread).all(), ((a - b)[finite].abs().max() / spread).item()
+    assert greedy_decode(int8, src).size(0) == src.size(0) and beam(int8, src).size(0) == src.size(0)
+
+
+def test_int8_is_refused_where_it_cannot_run_naming_precision():
+    model = random_model(41)
+    with pytest.raises(ValueError, match="precision must be one of"):
+        PackedDecoder(model, "fp16")
+    with pytest.raises(ValueError, match="precision 'int8' needs a float32 model on the CPU"):
+        PackedDecoder(random_model(41, dtype=torch.float64), "int8")
+
+
+def test_translate_lines_engines(tokenizer):
+    """auto packs a float32 model on the CPU and leaves a packed or quantized one as it is; packed always packs;
+    torch never does; anything else is refused, naming engine."""
+    from transformer_lib.serving import quantize_int8
+    from transformer_lib.translation.translate import decoding_model
+    model = random_model(42)
+    auto = decoding_model(model)
+    assert isinstance(auto, PackedDecoder) and auto.model is model
+    assert decoding_model(auto) is auto and decoding_model(auto, "packed") is auto
+    assert decoding_model(model, "torch") is model
+    assert isinstance(decoding_model(model, "packed"), PackedDecoder)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")                       # torch.ao's deprecation
+        quantized = quantize_int8(model)
+    assert decoding_model(quantized) is quantized
+    with pytest.raises(ValueError, match="engine must be one of"):
+        translate_lines(model, tokenizer, ["a"], engine="onnx")

@@ -1,7 +1,7 @@
 """Generated from book/appendix_serving.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: a68fd91334abde53
+# digest: c8cc3a46f7fbfaf6
 # fmt: off
 
 # [book/appendix_serving.ipynb, cell 6a70c904]
@@ -16,7 +16,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_lib.decoding.greedy import DecodingStepper, Stepper
-from transformer_lib.decoding.loop import forbid_specials
 from transformer_lib.masks import padding_mask
 from transformer_lib.model import Transformer
 
@@ -24,8 +23,16 @@ from transformer_lib.model import Transformer
 #: (measured: a layout for 8 rows or for 64 decodes 1 to 128 rows alike)
 PACK_ROWS = 64
 #: the multiply-adds of one product below which F.linear is used all the same: a
-#: oneDNN call costs more to start (measured: about 15 µs against 3 µs a call)
-PACKED_MIN_WORK = 1 << 20
+#: oneDNN call costs more to start (measured on one thread: about 15 µs against 3 µs
+#: a call; for 8 rows of a 256 x 768 weight, 1.6 M multiply-adds, 41 µs against 33 µs;
+#: for 32 rows of it, 6.3 M, 95 µs against 101 µs)
+PACKED_MIN_WORK = 1 << 22
+#: the rows below which F.linear is used all the same: for 1 or 2 rows its
+#: matrix-vector product reads the weight faster than oneDNN's (measured on the
+#: 8000 x 256 output layer: 330 µs against 370 µs for 2 rows, 610 against 350 for 4)
+PACKED_MIN_ROWS = 4
+#: PackedDecoder's precisions: float32 weights (packed), or int8 ones (Int8Linear)
+PACKED_PRECISIONS = ("fp32", "int8")
 #: how far the probe lets oneDNN's products stray from F.linear's, as a fraction of
 #: the sum of the terms' magnitudes: float32 rounding moves a sum of K products by at
 #: most about K·2⁻²⁴ of it (K = 64 in the probe: 4e-6); a wrong layout, a lost bias
@@ -109,12 +116,12 @@ class PackedLinear:
     On the CPU in float32, where :func:`onednn_linear` finds PyTorch's oneDNN
     operators sound, W is laid out once in oneDNN's blocked format (as PyTorch's
     compiler does for frozen models: a copy, or the weight itself where that format
-    is its own) and each call with enough work (:data:`PACKED_MIN_WORK`) is one oneDNN
-    matrix product. For smaller products, anywhere else (a GPU, another dtype, a
-    PyTorch whose operators are missing or fail the probe), or under autocast, it is
-    ``F.linear`` on the weight itself. No gradients: call it under
-    ``torch.no_grad()``. A snapshot: a copy does not follow later changes of the
-    weight (pack again: :meth:`PackedDecoder.repack`)."""
+    is its own) and each call with enough work (:data:`PACKED_MIN_WORK`) and rows
+    (:data:`PACKED_MIN_ROWS`) is one oneDNN matrix product. For smaller products,
+    anywhere else (a GPU, another dtype, a PyTorch whose operators are missing or
+    fail the probe), or under autocast, it is ``F.linear`` on the weight itself. No
+    gradients: call it under ``torch.no_grad()``. A snapshot: a copy does not follow
+    later changes of the weight (pack again: :meth:`PackedDecoder.repack`)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
         self.weight = weight.detach()
@@ -128,6 +135,7 @@ class PackedLinear:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if (self.ops is None or self.packed is None or torch.is_autocast_enabled("cpu")
+                or x.numel() < PACKED_MIN_ROWS * x.size(-1)
                 or x.numel() * self.weight.size(0) < PACKED_MIN_WORK):
             return F.linear(x, self.weight, self.bias)
         return self.ops.linear(x, self.packed, self.bias)
@@ -139,68 +147,96 @@ class PackedLinear:
         return cls(linear.weight[rows], bias)
 
 
+class Int8Linear(PackedLinear):
+    """``y ≈ x Wᵀ + b`` with W in int8, one scale per output row, and x quantized
+    on the fly at each call, row by row range: PyTorch's dynamic quantization, made
+    through its public ``torch.ao.nn.quantized.dynamic.Linear`` (FBGEMM or oneDNN
+    kernels, as ``torch.backends.quantized.engine`` says), for float32 on the CPU.
+    PyTorch 2.13 marks ``torch.ao.quantization`` deprecated in favour of the
+    separate torchao package: its warnings pass through, as
+    :func:`~transformer_lib.serving.quantize_int8`'s do."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+        if weight.device.type != "cpu" or weight.dtype != torch.float32:
+            raise ValueError("int8 weights are made from float32 ones on the CPU, got "
+                             f"{weight.dtype} on {weight.device}")
+        self.weight, self.bias = weight.detach(), bias
+        self.ops, self.packed = None, None
+        linear = nn.Linear(weight.size(1), weight.size(0), bias=bias is not None)
+        with torch.no_grad():
+            linear.weight.copy_(weight)
+            if bias is not None:
+                linear.bias.copy_(bias)
+        linear.qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
+        self.module = torch.ao.nn.quantized.dynamic.Linear.from_float(linear)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.module(x)
+
+
 # [book/appendix_serving.ipynb, cell ff6ada31]
-def _sublayer(sub: Any, x: torch.Tensor, fn: Any) -> torch.Tensor:
-    """Chapter 6's residual connection in eval mode (no dropout), Pre- or Post-Norm."""
-    if sub.norm_first:
-        return x + fn(sub.norm(x))
-    return sub.norm(x + fn(x))
+def _residual(sub: Any, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Chapter 6's residual connection in eval mode (no dropout) after the sublayer's
+    output ``out``: Pre-Norm adds it (the sublayer normalised its input), Post-Norm
+    normalises the sum."""
+    return x + out if sub.norm_first else sub.norm(x + out)
+
+
+def _input(sub: Any, x: torch.Tensor) -> torch.Tensor:
+    """What the sublayer reads: x normalised (Pre-Norm) or x itself (Post-Norm)."""
+    return sub.norm(x) if sub.norm_first else x
 
 
 class _PackedLayer:
     """One decoder layer's packed weights, and its step for one new position."""
 
-    def __init__(self, layer: Any):
+    def __init__(self, layer: Any, make: Any = PackedLinear.of):
         a, c, f = layer.self_attn, layer.cross_attn, layer.feed_forward
         d, dkv = a.d_model, a.d_kv
         self.shape = (a.n_heads, a.n_kv_heads, a.d_k)
         self.gqa = a.n_kv_heads < a.n_heads        # shared key-value heads (13)
-        self.qkv, self.o = PackedLinear.of(a.in_proj), PackedLinear.of(a.out_proj)
-        self.q = PackedLinear.of(c.in_proj, slice(0, d))
-        self.kv = PackedLinear.of(c.in_proj, slice(d, d + 2 * dkv))
-        self.co = PackedLinear.of(c.out_proj)
-        self.f1, self.f2 = PackedLinear.of(f.linear1), PackedLinear.of(f.linear2)
-        self.gate = None if f.gate is None else PackedLinear.of(f.gate)
+        self.qkv, self.o = make(a.in_proj), make(a.out_proj)
+        self.q = make(c.in_proj, slice(0, d))
+        self.kv = make(c.in_proj, slice(d, d + 2 * dkv))
+        self.co = make(c.out_proj)
+        self.f1, self.f2 = make(f.linear1), make(f.linear2)
+        self.gate = None if f.gate is None else make(f.gate)
         self.act = f.activation
         self.subs = (layer.sublayer1, layer.sublayer2, layer.sublayer3)
 
-    def memory_kv(self, memory: torch.Tensor) -> torch.Tensor:
-        """The cross-attention keys and values of memory (B, S, d) -> (B, 2, h_kv, S,
-        d_k)."""
+    def memory_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cross-attention keys and values of memory (B, S, d): two (B, h_kv, S,
+        d_k) tensors."""
         B, S, _ = memory.shape
         _, g, dk = self.shape
-        return self.kv(memory).view(B, S, 2, g, dk).permute(0, 2, 3, 1, 4)
+        kv = self.kv(memory).view(B, S, 2, g, dk).permute(2, 0, 3, 1, 4)
+        return kv[0].contiguous(), kv[1].contiguous()
 
-    def step(self, x: torch.Tensor, t: int, cache: torch.Tensor, cross: torch.Tensor,
-             mask: torch.Tensor, empty: torch.Tensor | None) -> torch.Tensor:
-        """x (N, d) at position t -> (N, d); its k and v go to cache[:, :, :, t]."""
+    def step(self, x: torch.Tensor, t: int, cache: torch.Tensor,
+             cross: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor,
+             empty: torch.Tensor | None) -> torch.Tensor:
+        """x (N, d) at position t -> (N, d); its k and v go to cache[:, :, :, t].
+        Written out flat, without a function per sublayer: at batch 1 a step is
+        mostly the interpreter's and the dispatcher's time, paid per call."""
         N, d = x.shape
         h, g, dk = self.shape
-
-        def self_attention(y: torch.Tensor) -> torch.Tensor:
-            q, kv = self.qkv(y).split([d, 2 * g * dk], dim=-1)
-            cache[:, :, :, t] = kv.view(N, 2, g, dk)
-            k, v = cache[:, 0, :, :t + 1], cache[:, 1, :, :t + 1]     # (N, g, t+1, dk)
-            out = F.scaled_dot_product_attention(q.view(N, h, 1, dk), k, v,
-                                                 enable_gqa=self.gqa)
-            return self.o(out.reshape(N, d))
-
-        def cross_attention(y: torch.Tensor) -> torch.Tensor:
-            q = self.q(y).view(N, h, 1, dk)
-            out = F.scaled_dot_product_attention(q, cross[:, 0], cross[:, 1],
-                                                 attn_mask=mask, enable_gqa=self.gqa)
-            if empty is not None:             # a source of pads only: 0, as chapter 3
-                out = out.masked_fill(empty, 0.0)
-            return self.co(out.reshape(N, d))
-
-        def feed_forward(y: torch.Tensor) -> torch.Tensor:
-            hidden = (self.act(self.f1(y)) if self.gate is None
-                      else self.act(self.gate(y)) * self.f1(y))
-            return self.f2(hidden)
-
-        x = _sublayer(self.subs[0], x, self_attention)
-        x = _sublayer(self.subs[1], x, cross_attention)
-        return _sublayer(self.subs[2], x, feed_forward)
+        s1, s2, s3 = self.subs
+        q, kv = self.qkv(_input(s1, x)).split([d, 2 * g * dk], dim=-1)
+        cache[:, :, :, t] = kv.view(N, 2, g, dk)
+        out = F.scaled_dot_product_attention(
+            q.view(N, h, 1, dk), cache[:, 0, :, :t + 1], cache[:, 1, :, :t + 1],
+            enable_gqa=self.gqa)                                       # (N, h, 1, dk)
+        x = _residual(s1, x, self.o(out.reshape(N, d)))
+        q = self.q(_input(s2, x)).view(N, h, 1, dk)
+        out = F.scaled_dot_product_attention(q, *cross, attn_mask=mask,
+                                             enable_gqa=self.gqa)
+        if empty is not None:                 # a source of pads only: 0, as chapter 3
+            out = out.masked_fill(empty, 0.0)
+        x = _residual(s2, x, self.co(out.reshape(N, d)))
+        y = _input(s3, x)
+        hidden = (self.act(self.f1(y)) if self.gate is None
+                  else self.act(self.gate(y)) * self.f1(y))
+        return _residual(s3, x, self.f2(hidden))
 
 
 # [book/appendix_serving.ipynb, cell aee9e158]
@@ -210,7 +246,8 @@ class PackedStepper:
     per-layer steps and returns the next token's logits (N, V), float32, pad and bos at
     -inf; ``reorder(index)`` and ``reorder_beams(index)`` as :class:`Stepper`'s. The
     self-attention keys and values sit in one buffer per layer, (N, 2, h_kv, room,
-    d_k), whose room doubles when full. Made by :meth:`PackedDecoder.stepper`."""
+    d_k), whose room doubles when full; the cross-attention's are computed once, at
+    the start. Made by :meth:`PackedDecoder.stepper`, for a model in eval mode."""
 
     def __init__(self, model: Transformer, layers: list[_PackedLayer],
                  output: Any, src: torch.Tensor):
@@ -226,30 +263,35 @@ class PackedStepper:
         room = min(64, c.max_len)
         self.caches = [memory.new_empty(src.size(0), 2, g, room, dk) for _ in layers]
         self.spares: list[torch.Tensor | None] = [None for _ in layers]
+        # chapter 2's table in the embeddings' dtype (eval mode: no dropout to add),
+        # and the two tokens forbid_specials (chapter 11) sets to -inf
+        self.pe = model.positional.pe.to(model.tgt_embed.embedding.weight.dtype)
+        self.specials = torch.tensor([c.pad_id, c.bos_id], device=src.device)
         self.length = 0
 
     def step(self, ys: torch.Tensor) -> torch.Tensor:
         """Prefixes ys (N, t), bos first -> the next token's logits (N, V)."""
         t = ys.size(1) - 1
-        if t != self.length:
+        if t != self.length:                  # one comparison of two ints, no tensor
             raise RuntimeError("KV cache out of step with the prefix")
         if self.caches and t == self.caches[0].size(3):                # full: double
             self.caches = [torch.cat([c, torch.empty_like(c)], dim=3)
                            for c in self.caches]
         m = self.model
-        x = m.positional(m.tgt_embed.lookup(ys[:, -1:]), t)[:, 0]     # (N, d)
+        x = m.tgt_embed.lookup(ys[:, -1]) + self.pe[t]                  # (N, d)
         for layer, cache, cross in zip(self.layers, self.caches, self.cross):
             x = layer.step(x, t, cache, cross, self.mask, self.empty)
         self.length = t + 1
-        logits = self.output(m.decoder.norm(x))                      # (N, V)
-        return forbid_specials(logits.float(), self.config)
+        logits = self.output(m.decoder.norm(x)).float()      # (N, V), a new tensor
+        return logits.index_fill_(-1, self.specials, float("-inf"))
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep rows ``index`` (in that order): the beams that survive a step."""
         self.mask = self.mask.index_select(0, index)
         if self.empty is not None:
             self.empty = self.empty.index_select(0, index)
-        self.cross = [kv.index_select(0, index) for kv in self.cross]
+        self.cross = [(k.index_select(0, index), v.index_select(0, index))
+                      for k, v in self.cross]
         self.reorder_beams(index)
 
     def reorder_beams(self, index: torch.Tensor) -> None:
@@ -287,14 +329,27 @@ class PackedDecoder(nn.Module):
     do, and a decode leaves the model in the wrapper's mode. The outputs are the
     model's up to the rounding of other kernels: equal tokens but for near ties.
     ``use_cache=False`` runs the model's own uncached :class:`Stepper`.
-    ``forward(src, tgt_in)`` is the model's (teacher forcing)."""
+    ``forward(src, tgt_in)`` is the model's (teacher forcing).
 
-    def __init__(self, model: Transformer):
+    ``precision="int8"`` makes the decoder's linear layers and the output layer
+    :class:`Int8Linear` (int8 weights, one scale per row; the encoder, run once per
+    sentence, stays float32) for a float32 model on the CPU: the outputs are then
+    close to the model's, not equal (the serving appendix measures how close)."""
+
+    def __init__(self, model: Transformer, precision: str = "fp32"):
         super().__init__()
         if not isinstance(model, Transformer):
             raise TypeError(f"model must be a Transformer (chapter 9), got "
                             f"{type(model).__name__}")
-        self.model = model
+        if precision not in PACKED_PRECISIONS:
+            raise ValueError(f"precision must be one of {PACKED_PRECISIONS}, got "
+                             f"{precision!r}")
+        weight = model.output.weight if isinstance(model.output, nn.Linear) else None
+        if precision == "int8" and weight is not None and (
+                weight.device.type != "cpu" or weight.dtype != torch.float32):
+            raise ValueError("precision 'int8' needs a float32 model on the CPU, got "
+                             f"{weight.dtype} on {weight.device}")
+        self.model, self.precision = model, precision
         self.repack()
 
     @property
@@ -307,9 +362,10 @@ class PackedDecoder(nn.Module):
     def repack(self) -> None:
         """Pack the model's weights again (after they changed), and take its mode."""
         with torch.no_grad():
-            layers = [_PackedLayer(layer) for layer in self.model.decoder.layers]
+            make = Int8Linear.of if self.precision == "int8" else PackedLinear.of
+            layers = [_PackedLayer(layer, make) for layer in self.model.decoder.layers]
             out = self.model.output
-            output = PackedLinear.of(out) if isinstance(out, nn.Linear) else out
+            output = make(out) if isinstance(out, nn.Linear) else out
         self._packed: tuple[list[_PackedLayer], Any] = (layers, output)
         self.train(self.model.training)
 
@@ -325,6 +381,6 @@ class PackedDecoder(nn.Module):
 
 
 __all__ = [
-    'PACK_ROWS', 'PACKED_MIN_WORK', 'PROBE_TOL', 'onednn_linear', 'PackedLinear',
-    'PackedStepper', 'PackedDecoder',
+    'PACK_ROWS', 'PACKED_MIN_WORK', 'PACKED_MIN_ROWS', 'PACKED_PRECISIONS', 'PROBE_TOL',
+    'onednn_linear', 'PackedLinear', 'Int8Linear', 'PackedStepper', 'PackedDecoder',
 ]

@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: e22003ccc56a0e3c
+# digest: 6b79076c5158b2b3
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell c1ea5234]
@@ -127,11 +127,13 @@ def _add_translate_parser(sub) -> None:
     add("inputs", nargs="*", metavar="FILE", help="input files ('-' or none: stdin)")
     add("--model", required=True, metavar="DIR", help="a model directory from 'train' "
         "(--engine ctranslate2: a directory from 'export-ctranslate2')")
-    add("--engine", choices=["torch", "packed", "ctranslate2"], default="torch",
-        help="the book's decoders, which apply every rule below; the same on weights "
-        "packed for the CPU (the same outputs up to near ties: the serving appendix); "
-        "or CTranslate2, on the CPU: greedy, or beam search with --length-norm power "
-        "(or none) and --stop first_k only, its own rules (others are refused)")
+    add("--engine", choices=["auto", "torch", "packed", "ctranslate2"],
+        default="auto", help="the book's decoders on weights packed for the CPU, "
+        "which apply every rule below (the same outputs as torch up to near ties: the "
+        "serving appendix); the book's decoders on the model as it is; auto: packed "
+        "on the CPU, torch on a GPU; or CTranslate2, on the CPU: greedy, or beam "
+        "search with --length-norm power (or none) and --stop first_k only, its own "
+        "rules (others are refused)")
     add("--output", metavar="FILE", help="write here instead of standard output")
     add("--truncate", action="store_true", help="translate the first max_len tokens "
         "of a longer line (default: such a line is an error)")
@@ -169,7 +171,8 @@ def _add_translate_parser(sub) -> None:
         "max_len: --max-len-a 0 --max-len-b N (default: a·S + b)")
     add("--device", default="auto", help="'auto' (cuda if present), 'cpu', 'cuda', ...")
     add("--precision", choices=[*sorted(PRECISIONS), "int8"], default="fp32",
-        help="fp32, autocast to bf16/fp16, or int8 linear layers (CPU only)")
+        help="fp32, autocast to bf16/fp16, or int8 linear layers (CPU only; packed: "
+        "int8 weights, one scale per row)")
     add("--threads", type=_count, help="CPU threads (default: PyTorch's choice)")
     r.set_defaults(func=run_translate)
 

@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: d50358cd97b632bd
+# digest: c8893ef189e7db71
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell 3c9611f9]
@@ -72,22 +72,23 @@ def load_engine(args) -> CTranslate2Model:
 
 
 def torch_model(args):
-    """``translate --engine torch``: (model, tokenizer); ``--precision int8``: the
-    model's linear layers in int8, on the CPU; ``--engine packed``: the model in a
-    :class:`~transformer_lib.packed.PackedDecoder`."""
-    if args.engine == "packed" and args.precision == "int8":
-        raise UsageError("--precision int8: not with --engine packed (packed weights "
-                         "are float32; choose one)")
-    if args.engine == "packed":
-        model, tokenizer = load_model_dir(args.model, device_option(args.device))
-        return PackedDecoder(model), tokenizer
-    if args.precision != "int8":
-        return load_model_dir(args.model, device_option(args.device))
-    if args.device not in ("auto", "cpu"):
+    """``translate`` on the book's decoders: (model, tokenizer). ``--engine packed``,
+    or ``auto`` on the CPU: the model in a
+    :class:`~transformer_lib.packed.PackedDecoder` (with ``--precision int8``, its
+    int8 weights); ``--engine torch``: the model itself, or with ``--precision
+    int8`` :func:`~transformer_lib.serving.quantize_int8`'s copy of it."""
+    if args.precision == "int8" and args.device not in ("auto", "cpu"):
         raise UsageError(f"--precision int8: on the CPU only, not --device "
                          f"{args.device}")
-    model, tokenizer = load_model_dir(args.model, "cpu")
-    return quantize_int8(model), tokenizer
+    device = "cpu" if args.precision == "int8" else device_option(args.device)
+    model, tokenizer = load_model_dir(args.model, device)
+    on_cpu = next(model.parameters()).device.type == "cpu"
+    if args.engine == "packed" or args.engine == "auto" and on_cpu:
+        precision = "int8" if args.precision == "int8" else "fp32"
+        return PackedDecoder(model, precision), tokenizer
+    if args.precision == "int8":
+        return quantize_int8(model), tokenizer
+    return model, tokenizer
 
 
 #: the flag of each setting CTranslate2 may refuse, and what it takes instead

@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 53b5c72e8ada724c
+# digest: 9bd8413cae8ee042
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell 5b80d677]
@@ -139,7 +139,7 @@ def run_translate(args) -> int:
         precision = "fp32" if args.precision == "int8" else args.precision
         translations = translate_lines(
             model, tokenizer, texts, generation, batch_size=args.batch_size,
-            precision=precision, on_too_long=hook)
+            precision=precision, engine="torch", on_too_long=hook)  # chosen above
     text = "".join(_one_line(t) + "\n" for t in translations)
     if args.output:
         _write_output(Path(args.output), text)

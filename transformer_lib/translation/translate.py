@@ -1,7 +1,7 @@
 """Generated from book/12_translation.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: ba7dc06c8334952e
+# digest: 63d3f8efb546c5a0
 # fmt: off
 
 # [book/12_translation.ipynb, cell 4d681ebd]
@@ -24,10 +24,38 @@ from transformer_lib.precision import amp_dtype
 from transformer_lib.translation.tokenizer import TextTokenizer
 
 
+# [book/12_translation.ipynb, cell 5e9d2c41]
+#: the engines of translate_lines: "auto" (packed weights for a model on the CPU, the
+#: model itself elsewhere), "packed" (always packed) or "torch" (the model as given)
+ENGINES = ("auto", "packed", "torch")
+
+
+def decoding_model(model: Any, engine: str = "auto") -> Any:
+    """What chapter 11's decoders run for :func:`translate_lines`: with
+    ``engine="torch"`` the model itself; with ``"packed"`` the serving appendix's
+    :class:`~transformer_lib.packed.PackedDecoder` around it (packed weights and a lean
+    step: the same outputs up to near ties, in less time); ``"auto"`` packs a
+    :class:`Transformer` whose weights are on the CPU and whose layers are all
+    PyTorch's or the book's, and leaves anything else (a model on a GPU, one already
+    packed or quantized, another kind of model) as it is."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    if engine == "torch" or engine == "auto" and not (
+            isinstance(model, Transformer)
+            and next(model.parameters()).device.type == "cpu"
+            and not any(type(m).__module__.startswith("torch.ao.")   # quantized
+                        for m in model.modules())):
+        return model
+    # the serving appendix's module, imported when called: the one place where a
+    # chapter reaches forward (tests/test_book_structure.py lists it)
+    from transformer_lib.packed import PackedDecoder
+    return model if isinstance(model, PackedDecoder) else PackedDecoder(model)
+
+
 # [book/12_translation.ipynb, cell 079b917a]
 def translate_lines(model: Transformer, tokenizer: TextTokenizer, lines: Iterable[str],
                     config: GenerationConfig | None = None, *, batch_size: int = 64,
-                    precision: str = "fp32",
+                    precision: str = "fp32", engine: str = "auto",
                     on_too_long: str | Callable[[int, int], object] = "error",
                     **settings: Any) -> list[str]:
     """Translate each string of ``lines``; one output per input, in order; an empty line
@@ -46,10 +74,14 @@ def translate_lines(model: Transformer, tokenizer: TextTokenizer, lines: Iterabl
     tokens: ``on_too_long="error"`` raises a ValueError naming its line number (from
     1), ``"warn"`` cuts it with a :class:`LineTooLongWarning`, ``"truncate"`` cuts it
     silently, and a function ``f(line_number, n_tokens)`` is called, then the line is
-    cut. The model decodes in eval mode; its mode is restored after."""
+    cut. ``engine`` (:func:`decoding_model`): by default a model on the CPU decodes on
+    the serving appendix's packed weights, the same outputs up to near ties;
+    ``engine="torch"`` keeps chapter 11's step. The model decodes in eval mode; its
+    mode is restored after."""
     if isinstance(lines, str):
         raise TypeError("lines must be a list of str, got one str (wrap it: [line])")
     check_model(model)
+    model = decoding_model(model, engine)
     c = model.config
     config = check_settings(model, None, config, settings)
     batch_size = check_int(batch_size, "batch_size")
@@ -122,4 +154,4 @@ def _report_long_line(on_too_long, number: int, n_tokens: int, max_len: int) -> 
         on_too_long(number, n_tokens)
 
 
-__all__ = ['translate_lines', 'LineTooLongWarning']
+__all__ = ['ENGINES', 'decoding_model', 'translate_lines', 'LineTooLongWarning']
