@@ -26,12 +26,52 @@ def test_packed_engine_translates_as_the_torch_engine(trained, inputs, capsys, o
     assert len(packed) == len(inputs.read_text().splitlines()) and packed == ours
 
 
-def test_packed_engine_refuses_int8(trained, inputs, capsys):
+def test_the_default_engine_on_the_cpu_is_packed(trained, inputs, capsys, monkeypatch):
+    """No --engine on the CPU: the lines come from a PackedDecoder (counted), the same as --engine torch's;
+    --engine torch makes none."""
+    import transformer_lib.cli.serve as serve
+    made = []
+
+    class Counted(serve.PackedDecoder):
+        def __init__(self, *args, **kwargs):
+            made.append(args[1:] or kwargs)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(serve, "PackedDecoder", Counted)
+    default = _translate(capsys, inputs, "--model", trained, "--device", "cpu")
+    assert len(made) == 1
+    torch_lines = _translate(capsys, inputs, "--model", trained, "--engine", "torch")
+    assert len(made) == 1 and default == torch_lines
+
+
+def test_int8_on_the_packed_engine_translates(trained, inputs, capsys):
+    """--precision int8 on the default (packed) engine and on --engine packed: one line per input, from int8
+    weights (the serving appendix measures how often they differ from float32's)."""
+    n = len(inputs.read_text().splitlines())
+    for engine in ([], ["--engine", "packed"]):
+        lines = _translate(capsys, inputs, "--model", trained, *engine, "--precision", "int8")
+        assert len(lines) == n and all(isinstance(line, str) for line in lines)
+
+
+def test_int8_off_the_cpu_is_a_usage_error(trained, inputs, capsys):
     capsys.readouterr()
     assert main(["translate", str(inputs), "--model", str(trained), "--engine", "packed",
-                 "--precision", "int8"]) == 2
+                 "--precision", "int8", "--device", "cuda"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "--precision int8" in err and "--engine packed" in err, err
+    assert "\n" not in err and "--precision int8" in err and "--device cuda" in err, err
+
+
+def test_the_default_engine_without_onednn_translates_and_says_so_once(trained, inputs, capsys):
+    """The default engine in a PyTorch without the private oneDNN operators (tests/onednn_patched.py "missing"):
+    the lines of --engine torch, and one line on stderr that says why the products are F.linear's."""
+    ours = _translate(capsys, inputs, "--model", trained, "--engine", "torch")
+    run = subprocess.run([sys.executable, str(Path(__file__).with_name("onednn_patched.py")), "missing",
+                          "translate", str(inputs), "--model", str(trained), "--threads", "1"],
+                         capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr
+    assert run.stdout.split("\n")[:-1] == ours
+    said = [line for line in run.stderr.splitlines() if "PackedLinear uses F.linear" in line]
+    assert len(said) == 1 and MODES["missing"][1] in said[0], run.stderr
 
 
 @pytest.mark.slow
