@@ -24,14 +24,13 @@ from onednn_patched import MODES, PRODUCT, REORDER, PatchedOneDNN
 from torch import nn
 
 import transformer_lib as tl
+from transformer_lib import packed as packed_module
 from transformer_lib.attention import MultiHeadAttention
 from transformer_lib.decoding.beam import beam_search
 from transformer_lib.decoding.greedy import Stepper, decoding_mode, greedy_decode, token_scores
 from transformer_lib.decoding.sampling import sample
 from transformer_lib.feed_forward import PositionwiseFeedForward
-from transformer_lib import packed as packed_module
-from transformer_lib.packed import (PROBE_TOL, Int8Linear, PackedDecoder, PackedLinear, PackedStepper,
-                                    onednn_linear)
+from transformer_lib.packed import PROBE_TOL, Int8Linear, PackedDecoder, PackedLinear, PackedStepper, onednn_linear
 from transformer_lib.serving import compare_outputs
 from transformer_lib.translation.corpus import generate_pairs
 from transformer_lib.translation.tokenizer import BPETokenizer
@@ -624,7 +623,8 @@ def test_the_thresholds_send_small_products_to_f_linear(monkeypatch):
     layer = PackedLinear.of(wide)
     calls = []
     real = layer.ops
-    monkeypatch.setattr(layer, "ops", type("Spy", (), {"linear": lambda self, *a: calls.append(1) or real.linear(*a)})())
+    spy = type("Spy", (), {"linear": lambda self, *a: calls.append(1) or real.linear(*a)})
+    monkeypatch.setattr(layer, "ops", spy())
     rows = THRESHOLDS["PACKED_MIN_ROWS"]
     with torch.no_grad():
         for x in (torch.randn(rows - 1, 256), torch.randn(1, rows - 1, 256)):          # too few rows
