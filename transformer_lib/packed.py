@@ -1,7 +1,7 @@
 """Generated from book/appendix_serving.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: c8cc3a46f7fbfaf6
+# digest: ddf7db26e56e0466
 # fmt: off
 
 # [book/appendix_serving.ipynb, cell 6a70c904]
@@ -167,7 +167,8 @@ class Int8Linear(PackedLinear):
             linear.weight.copy_(weight)
             if bias is not None:
                 linear.bias.copy_(bias)
-        linear.qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
+        # from_float reads the recipe from the layer (nn.Module does not declare it)
+        linear.qconfig = torch.ao.quantization.per_channel_dynamic_qconfig  # type: ignore[assignment]
         self.module = torch.ao.nn.quantized.dynamic.Linear.from_float(linear)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
