@@ -257,6 +257,16 @@ def test_a_second_writer_of_a_run_folder_is_refused_naming_the_first(extra, corp
     _refused_while_held(out, lambda: _train(corpus, out, 8, *extra), capsys)
 
 
+def test_a_run_caught_writing_its_config_is_refused_as_in_use(corpus, tmp_path, capsys):
+    """A second training started while the first writes config.json (its atomic write's temporary folder,
+    config.json.tmp<pid>.<random>, is all the folder holds) is told the folder is in use, not that it is a
+    stranger's folder: the race test_two_trainings_started_together_one_is_refused met in CI."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.json.tmp4242.k3y5").mkdir()
+    _refused_while_held(out, lambda: _train(corpus, out, 8), capsys)
+
+
 def test_average_into_a_run_folder_that_a_training_writes_is_refused(two_runs, tmp_path, capsys):
     """I30+: average --force replaced the model of a running training, which then replaced the average."""
     out = tmp_path / "running"

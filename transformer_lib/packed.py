@@ -1,7 +1,7 @@
 """Generated from book/appendix_serving.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: ddf7db26e56e0466
+# digest: e4d279a76cfa99e6
 # fmt: off
 
 # [book/appendix_serving.ipynb, cell 6a70c904]
@@ -149,7 +149,7 @@ class PackedLinear:
 
 class Int8Linear(PackedLinear):
     """``y ≈ x Wᵀ + b`` with W in int8, one scale per output row, and x quantized
-    on the fly at each call, row by row range: PyTorch's dynamic quantization, made
+    at each call from its own range: PyTorch's dynamic quantization, made
     through its public ``torch.ao.nn.quantized.dynamic.Linear`` (FBGEMM or oneDNN
     kernels, as ``torch.backends.quantized.engine`` says), for float32 on the CPU.
     PyTorch 2.13 marks ``torch.ao.quantization`` deprecated in favour of the
@@ -160,7 +160,8 @@ class Int8Linear(PackedLinear):
         if weight.device.type != "cpu" or weight.dtype != torch.float32:
             raise ValueError("int8 weights are made from float32 ones on the CPU, got "
                              f"{weight.dtype} on {weight.device}")
-        self.weight, self.bias = weight.detach(), bias
+        self.weight = weight.detach()
+        self.bias = None if bias is None else bias.detach()
         self.ops, self.packed = None, None
         linear = nn.Linear(weight.size(1), weight.size(0), bias=bias is not None)
         with torch.no_grad():

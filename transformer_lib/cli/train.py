@@ -1,7 +1,7 @@
 """Generated from book/appendix_cli.ipynb: edit the notebook, not this file.
 
 Regenerate with ``python tools/export.py``."""
-# digest: 0e66d5f898efa81e
+# digest: 58f5deafb8bad3c9
 # fmt: off
 
 # [book/appendix_cli.ipynb, cell cli-train-imports]
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 import secrets
 import tempfile
 from pathlib import Path
@@ -78,8 +79,11 @@ def _check_out(out: Path, resume: bool, force: bool, rank: int,
 
 
 def _check_held(out: Path, resume: bool, force: bool) -> None:
-    held = sorted(p.name for p in out.iterdir() if p.name != LOCK_FILE) \
-        if out.is_dir() else []
+    # a run's own files being written (atomic_write's <name>.tmp<pid>.<random>) count
+    # as those files: a run started a moment ago is then seen as one, not as a stranger
+    # (and, with its lock, refused as in use)
+    held = sorted({re.sub(r"\.tmp\d+(\.\w+)?$", "", p.name) for p in out.iterdir()
+                   if p.name != LOCK_FILE}) if out.is_dir() else []
     # a run stopped before its first checkpoint: the same command starts it again
     started = set(held) <= {CONFIG_FILE, TOKENIZER_FILE, TRAINING_FILE}
     if resume:
